@@ -1,0 +1,206 @@
+/*
+ * libfa2 — FlashAttention-2 as a CUDA kernel library with a plain C API.
+ *
+ * The one public header. Plain C (C99, C11, C++), no CUDA types: a stream is a
+ * `void *` holding a `cudaStream_t`, tensors are device pointers, sizes are int64_t,
+ * strides are in elements.
+ *
+ * Usage: describe the problem (fa2_problem_init), describe the device
+ * (fa2_device_info_query, or fill a fa2_device_info_t by hand), plan once (fa2_plan),
+ * then run as often as you like (fa2_forward). A plan holds no resources: copy it,
+ * keep it, or drop it.
+ *
+ * Errors: every function returns a fa2_status_t. On failure nothing is written to any
+ * output (tensors, plan, info); fa2_last_error() then returns a message naming the
+ * field and the value. The library never prints, aborts or exits.
+ *
+ * Threading: every function is thread-safe. fa2_last_error() is per thread.
+ *
+ * MIT License — see LICENSE.
+ */
+#ifndef FA2_H
+#define FA2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FA2_VERSION_MAJOR 0
+#define FA2_VERSION_MINOR 1
+#define FA2_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH, comparable with fa2_version(). */
+#define FA2_VERSION_NUMBER \
+    (FA2_VERSION_MAJOR * 10000 + FA2_VERSION_MINOR * 100 + FA2_VERSION_PATCH)
+
+#if defined(_WIN32) && defined(FA2_BUILDING_SHARED)
+#define FA2_API __declspec(dllexport)
+#elif defined(__GNUC__) && defined(FA2_BUILDING_LIBRARY)
+#define FA2_API __attribute__((visibility("default")))
+#else
+#define FA2_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------
+ * Status codes. Values are pinned: they never change between releases.
+ * ------------------------------------------------------------------------------ */
+typedef enum fa2_status_t {
+    FA2_SUCCESS = 0,
+    FA2_ERROR_NULL_POINTER = 1,          /* a required pointer argument is NULL */
+    FA2_ERROR_STRUCT_SIZE = 2,           /* struct_size unknown: not set by an init call */
+    FA2_ERROR_INVALID_SIZE = 3,          /* batch/seqlen/heads out of range */
+    FA2_ERROR_SIZE_OVERFLOW = 4,         /* an extent or offset does not fit in int64 */
+    FA2_ERROR_UNSUPPORTED_DTYPE = 5,     /* dtype is not FA2_DTYPE_FP16/BF16 */
+    FA2_ERROR_UNSUPPORTED_HEAD_DIM = 6,  /* head_dim not a multiple of 8 in [8, 256] */
+    FA2_ERROR_HEADS_MISMATCH = 7,        /* heads_q is not a multiple of heads_kv */
+    FA2_ERROR_BAD_STRIDE = 8,            /* negative stride or one not a multiple of 8 */
+    FA2_ERROR_MISALIGNED = 9,            /* a tensor pointer is not 16-byte aligned */
+    FA2_ERROR_BAD_WINDOW = 10,           /* window_left/right < -1, or conflicting with causal */
+    FA2_ERROR_BAD_SCALE = 11,            /* softmax_scale negative, NaN or infinite */
+    FA2_ERROR_UNSUPPORTED_DEVICE = 12,   /* compute capability below 8.0 */
+    FA2_ERROR_SHARED_MEMORY = 13,        /* the tiles do not fit the device's shared memory */
+    FA2_ERROR_WORKSPACE = 14,            /* workspace missing or smaller than the plan needs */
+    FA2_ERROR_NO_DEVICE = 15,            /* no CUDA device, or the device index is invalid */
+    FA2_ERROR_CUDA = 16                  /* the CUDA runtime reported an error */
+} fa2_status_t;
+
+typedef enum fa2_dtype_t {
+    FA2_DTYPE_FP16 = 1, /* IEEE binary16 */
+    FA2_DTYPE_BF16 = 2  /* bfloat16 */
+} fa2_dtype_t;
+
+/* Version of the library actually linked, as FA2_VERSION_NUMBER. Compare with the
+ * macro to detect a header/library mismatch. */
+FA2_API unsigned fa2_version(void);
+
+/* A static, never-NULL English name for a status ("FA2_ERROR_NULL_POINTER: ...").
+ * Unknown values give "unknown fa2_status_t". */
+FA2_API const char *fa2_status_string(fa2_status_t status);
+
+/* The detailed message of the calling thread's most recent libfa2 call: "" after a
+ * success, else e.g. "head_dim=300 is not supported (multiples of 8 from 8 to 256)".
+ * The pointer is never NULL and stays valid until the thread's next libfa2 call. */
+FA2_API const char *fa2_last_error(void);
+
+/* ---------------------------------------------------------------------------------
+ * Device description. Query it from a device or fill it by hand (tests, planning
+ * for a device other than the current one).
+ * ------------------------------------------------------------------------------ */
+typedef struct fa2_device_info_t {
+    size_t struct_size;           /* sizeof(fa2_device_info_t), set by the caller */
+    int32_t cc_major;             /* compute capability, e.g. 9 */
+    int32_t cc_minor;             /* e.g. 0 */
+    int32_t sm_count;             /* streaming multiprocessors */
+    int32_t reserved0;            /* zero */
+    int64_t smem_per_block_optin; /* bytes of shared memory one block may opt in to */
+    int64_t smem_per_sm;          /* bytes of shared memory per multiprocessor */
+} fa2_device_info_t;
+
+/* Fills *info for CUDA device `device` (an index as for cudaSetDevice).
+ * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_NO_DEVICE (no driver/device, or bad
+ * index), FA2_ERROR_CUDA. Sets info->struct_size itself. Does not change the current
+ * device. */
+FA2_API fa2_status_t fa2_device_info_query(int device, fa2_device_info_t *info);
+
+/* ---------------------------------------------------------------------------------
+ * Problem description.
+ *
+ * Layout: Q [batch, seqlen_q, heads_q, head_dim], K and V [batch, seqlen_k, heads_kv,
+ * head_dim], O like Q, all of `dtype`; LSE float32, contiguous [batch, heads_q,
+ * seqlen_q]. Strides are in elements and free (BSHD, BHSD or any other order); the
+ * head_dim stride is 1. Strides must be non-negative multiples of 8 (16-byte rows).
+ *
+ * Masking: query row i may attend to key column j when
+ *     j >= i + (seqlen_k - seqlen_q) - window_left   (if window_left  >= 0)
+ *     j <= i + (seqlen_k - seqlen_q) + window_right  (if window_right >= 0)
+ * i.e. windows are aligned to the bottom-right corner, as in FlashAttention-2 >= 2.1.
+ * `causal` is window_right = 0; with causal set, window_right must be -1 or 0.
+ * Rows that may attend to nothing (and every row when seqlen_k = 0) give O = 0 and
+ * LSE = -inf.
+ * ------------------------------------------------------------------------------ */
+typedef struct fa2_problem_t {
+    size_t struct_size; /* sizeof(fa2_problem_t), set by fa2_problem_init */
+    fa2_dtype_t dtype;
+    int32_t causal;          /* 0 or 1 */
+    int64_t batch;           /* >= 1 */
+    int64_t seqlen_q;        /* >= 1, <= 2^31-1 */
+    int64_t seqlen_k;        /* >= 0, <= 2^31-1 */
+    int64_t heads_q;         /* >= 1 */
+    int64_t heads_kv;        /* >= 1, divides heads_q (MQA/GQA) */
+    int64_t head_dim;        /* multiple of 8 in [8, 256] */
+    int64_t window_left;     /* -1 = unbounded */
+    int64_t window_right;    /* -1 = unbounded */
+    float softmax_scale;     /* 0 = 1/sqrt(head_dim); else > 0 and finite */
+    int32_t reserved0;       /* zero */
+    /* strides in elements: batch, sequence, head (head_dim stride is 1) */
+    int64_t q_batch_stride, q_seq_stride, q_head_stride;
+    int64_t k_batch_stride, k_seq_stride, k_head_stride;
+    int64_t v_batch_stride, v_seq_stride, v_head_stride;
+    int64_t o_batch_stride, o_seq_stride, o_head_stride;
+} fa2_problem_t;
+
+/* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
+ * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1. Does not validate: that is
+ * fa2_plan's job. A NULL `problem` is a harmless no-op. */
+FA2_API void fa2_problem_init(fa2_problem_t *problem, fa2_dtype_t dtype, int64_t batch,
+                              int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
+                              int64_t heads_kv, int64_t head_dim);
+
+/* ---------------------------------------------------------------------------------
+ * Plan: what fa2_plan chose, and why.
+ * ------------------------------------------------------------------------------ */
+typedef enum fa2_tile_rule_t {
+    FA2_RULE_SEED_SRAM = 1,     /* the seed bound ceil(M/(4d)) itself */
+    FA2_RULE_HEAD_DIM = 2,      /* Bc <= d (seed: Bc = min(ceil(M/(4d)), d)) */
+    FA2_RULE_MMA_MULTIPLE = 3,  /* rounded down to a multiple of 16 (mma tile) */
+    FA2_RULE_KERNEL_TILE = 4    /* capped at the compiled kernel's tile (registers, warps) */
+} fa2_tile_rule_t;
+
+typedef struct fa2_plan_t {
+    size_t struct_size;          /* sizeof(fa2_plan_t), written by fa2_plan */
+    fa2_problem_t problem;       /* validated copy, softmax_scale resolved */
+    int64_t sram_elements;       /* M: shared memory per block, in dtype elements */
+    int64_t seed_br;             /* ceil(M/(4d)) */
+    int64_t seed_bc;             /* min(ceil(M/(4d)), d) */
+    int32_t block_m;             /* Br: query rows per thread block */
+    int32_t block_n;             /* Bc: key/value rows per inner step */
+    int32_t block_m_rule;        /* fa2_tile_rule_t that fixed block_m */
+    int32_t block_n_rule;        /* fa2_tile_rule_t that fixed block_n */
+    int32_t head_dim_bucket;     /* compiled head dim the problem runs in (32..256) */
+    int32_t warps;               /* warps per thread block */
+    int64_t grid_blocks;         /* thread blocks: batch * heads_q * ceil(seqlen_q/Br) */
+    int64_t smem_bytes;          /* dynamic shared memory per block */
+    int64_t workspace_bytes;     /* caller-provided scratch fa2_forward needs (0 today) */
+} fa2_plan_t;
+
+/* Validates `problem` against `device` and chooses the kernel and its tiles.
+ * On success fills *plan (struct_size included). On failure *plan is untouched and
+ * the status says which check failed: FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE,
+ * FA2_ERROR_INVALID_SIZE, FA2_ERROR_SIZE_OVERFLOW, FA2_ERROR_UNSUPPORTED_DTYPE,
+ * FA2_ERROR_UNSUPPORTED_HEAD_DIM, FA2_ERROR_HEADS_MISMATCH, FA2_ERROR_BAD_STRIDE,
+ * FA2_ERROR_BAD_WINDOW, FA2_ERROR_BAD_SCALE, FA2_ERROR_UNSUPPORTED_DEVICE,
+ * FA2_ERROR_SHARED_MEMORY. Pure host code: needs no GPU. */
+FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,
+                              fa2_plan_t *plan);
+
+/* Runs the fused forward pass O = softmax(scale * Q K^T + mask) V on `stream`
+ * (a cudaStream_t; NULL = the legacy default stream), asynchronously: returns once
+ * the kernel is queued. q, k, v, o are device pointers laid out as plan->problem says,
+ * 16-byte aligned. `lse` (float32 [batch, heads_q, seqlen_q], 4-byte aligned) is
+ * optional: NULL skips it. `workspace` may be NULL when plan->workspace_bytes is 0.
+ * The pointers must stay valid until the work on `stream` completes; o must not
+ * overlap q, k or v. Call on the device the plan was made for.
+ * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE (plan not from fa2_plan),
+ * FA2_ERROR_MISALIGNED, FA2_ERROR_WORKSPACE, FA2_ERROR_CUDA (launch failed; the
+ * message carries the CUDA error string). */
+FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
+                                 const void *v, void *o, float *lse, void *workspace,
+                                 size_t workspace_bytes, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FA2_H */

@@ -1,0 +1,47 @@
+/* The forward kernel's parameters: a plain C struct shared by src/ (which fills it
+ * from a validated plan) and kernels/ (which trusts it). Internal, not installed. */
+#ifndef FA2_FWD_PARAMS_H
+#define FA2_FWD_PARAMS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fa2_fwd_params_t {
+    const void *q;
+    const void *k;
+    const void *v;
+    void *o;
+    float *lse; /* NULL: not written; else contiguous [batch, heads_q, seqlen_q] */
+
+    /* strides in elements */
+    int64_t q_batch_stride, q_seq_stride, q_head_stride;
+    int64_t k_batch_stride, k_seq_stride, k_head_stride;
+    int64_t v_batch_stride, v_seq_stride, v_head_stride;
+    int64_t o_batch_stride, o_seq_stride, o_head_stride;
+
+    int32_t batch;
+    int32_t heads_q;
+    int32_t heads_kv;
+    int32_t seqlen_q;
+    int32_t seqlen_k;
+    int32_t head_dim;        /* actual head dim, <= head_dim_bucket */
+    int32_t head_dim_bucket; /* compiled head dim */
+    int32_t is_bf16;         /* 1: bf16, 0: fp16 */
+    int32_t window_left;     /* -1 = unbounded; causal already folded into window_right */
+    int32_t window_right;    /* -1 = unbounded */
+    float softmax_scale;     /* scale applied to Q K^T (natural log units) */
+    float scale_log2;        /* softmax_scale * log2(e) */
+} fa2_fwd_params_t;
+
+/* Launches the forward kernel for p->head_dim_bucket / p->is_bf16 on `stream`
+ * (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
+int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

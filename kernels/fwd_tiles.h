@@ -1,0 +1,26 @@
+/* The forward kernel's compiled tile shapes, one row per head-dim bucket. Read by the
+ * planner (src/plan.c, C) and by the kernels (template arguments), so the two cannot
+ * disagree. Why each shape: see docs/planning.md. */
+#ifndef FA2_FWD_TILES_H
+#define FA2_FWD_TILES_H
+
+#include <stdint.h>
+
+/* X(head_dim_bucket, block_m (Br), block_n (Bc), warps) */
+#define FA2_FWD_TILES(X)   \
+    X(32, 128, 64, 4)      \
+    X(64, 128, 64, 4)      \
+    X(96, 128, 64, 4)      \
+    X(128, 128, 64, 4)     \
+    X(192, 128, 32, 8)     \
+    X(256, 128, 32, 8)
+
+/* Shared memory of one block: Q tile (Br x d), two K buffers and one V buffer
+ * (Bc x d each), 2-byte elements. */
+static inline int64_t fa2_fwd_smem_bytes(int64_t head_dim_bucket, int64_t block_m,
+                                         int64_t block_n)
+{
+    return (block_m + 3 * block_n) * head_dim_bucket * 2;
+}
+
+#endif

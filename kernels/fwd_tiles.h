@@ -15,12 +15,19 @@
     X(192, 128, 32, 8)     \
     X(256, 128, 32, 8)
 
-/* Shared memory of one block: Q tile (Br x d), two K buffers and one V buffer
- * (Bc x d each), 2-byte elements. */
+/* Shared-memory row length in elements: the head dim rounded up to 64 (128-byte
+ * rows), so that one XOR swizzle makes every ldmatrix conflict-free. */
+static inline int64_t fa2_fwd_smem_cols(int64_t head_dim_bucket)
+{
+    return (head_dim_bucket + 63) / 64 * 64;
+}
+
+/* Shared memory of one block: Q tile (Br rows), two K buffers and one V buffer
+ * (Bc rows each), 2-byte elements. */
 static inline int64_t fa2_fwd_smem_bytes(int64_t head_dim_bucket, int64_t block_m,
                                          int64_t block_n)
 {
-    return (block_m + 3 * block_n) * head_dim_bucket * 2;
+    return (block_m + 3 * block_n) * fa2_fwd_smem_cols(head_dim_bucket) * 2;
 }
 
 #endif

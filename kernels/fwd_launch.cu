@@ -1,0 +1,22 @@
+// The one C boundary between src/ and the kernels: picks the compiled forward
+// kernel for the plan's head-dim bucket and dtype.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "fwd_run.h"
+#include "fwd_tiles.h"
+
+extern "C" int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
+{
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    switch (p->head_dim_bucket) {
+#define FA2_FWD_CASE(d, m, n, w)                                             \
+    case d:                                                                  \
+        return p->is_bf16 ? fa2::fwd_run<__nv_bfloat16, d>(*p, s)           \
+                          : fa2::fwd_run<__half, d>(*p, s);
+        FA2_FWD_TILES(FA2_FWD_CASE)
+#undef FA2_FWD_CASE
+    default:
+        return cudaErrorInvalidValue;
+    }
+}

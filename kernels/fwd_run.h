@@ -1,0 +1,15 @@
+// Host launcher of one compiled forward kernel, per (element type, head-dim bucket).
+// Defined in fwd_run.cuh and instantiated in one generated translation unit each
+// (kernels/fwd_instance.cu.in); fwd_launch.cu dispatches to them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "fwd_params.h"
+
+namespace fa2 {
+
+template <typename Elem, int kHeadDim>
+cudaError_t fwd_run(const fa2_fwd_params_t &p, cudaStream_t stream);
+
+}  // namespace fa2

@@ -1,0 +1,53 @@
+// Compile-time shape of one forward kernel: tile sizes from kernels/fwd_tiles.h and
+// everything derived from them.
+#pragma once
+
+#include "fwd_tiles.h"
+
+namespace fa2 {
+
+template <int kHeadDim>
+struct FwdTile;
+
+#define FA2_FWD_TILE_SPEC(d, m, n, w)              \
+    template <>                                    \
+    struct FwdTile<d> {                            \
+        static constexpr int kBlockM = m;          \
+        static constexpr int kBlockN = n;          \
+        static constexpr int kWarps = w;           \
+    };
+FA2_FWD_TILES(FA2_FWD_TILE_SPEC)
+#undef FA2_FWD_TILE_SPEC
+
+template <typename Elem_, int kHeadDim_>
+struct FwdTraits {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = FwdTile<kHeadDim>::kBlockM;  // Br
+    static constexpr int kBlockN = FwdTile<kHeadDim>::kBlockN;  // Bc
+    static constexpr int kWarps = FwdTile<kHeadDim>::kWarps;
+    static constexpr int kThreads = 32 * kWarps;
+
+    // Each warp owns kRowsPerWarp query rows: kMTiles mma tiles of 16 rows.
+    static constexpr int kRowsPerWarp = kBlockM / kWarps;
+    static constexpr int kMTiles = kRowsPerWarp / 16;
+    static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per row block
+    static constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of O per row block
+
+    // Shared memory: rows of kSmemCols elements (multiple of 64 → 128-byte rows),
+    // stored in 16-byte chunks swizzled by (chunk ^ row % 8).
+    static constexpr int kSmemCols = (kHeadDim + 63) / 64 * 64;
+    static constexpr int kRowChunks = kSmemCols / 8;
+    static constexpr int kRowBytes = kSmemCols * 2;
+    static constexpr int kLoadChunks = kHeadDim / 8;  // 16-byte chunks per row loaded
+    static constexpr int kQBytes = kBlockM * kRowBytes;
+    static constexpr int kKVBytes = kBlockN * kRowBytes;
+    static constexpr int kSmemBytes = kQBytes + 3 * kKVBytes;  // Q, K x2, V
+
+    static_assert(kRowsPerWarp % 16 == 0, "a warp owns whole 16-row mma tiles");
+    static_assert(kBlockN % 16 == 0 && kHeadDim % 16 == 0, "k16 steps");
+    static_assert(kBlockM * kLoadChunks % kThreads == 0, "Q tile splits evenly");
+    static_assert(kBlockN * kLoadChunks % kThreads == 0, "K/V tile splits evenly");
+};
+
+}  // namespace fa2

@@ -1,0 +1,102 @@
+// Online softmax over the score tiles of one thread. In the m16n8 accumulator
+// layout a thread holds, per 16-row mma tile, two rows (lane/4 and lane/4 + 8), and
+// the four lanes of a quad share those rows; element e of an n8 tile belongs to row
+// half e/2. Scores stay in natural units; scale_log2 = scale * log2(e) turns them into
+// exp2 arguments with one FFMA.
+#pragma once
+
+#include <math.h>
+
+#include "ptx.cuh"
+
+namespace fa2 {
+
+__device__ __forceinline__ float quad_max(float x)
+{
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <int kMTiles>
+struct OnlineSoftmax {
+    float row_max[kMTiles][2];  // running max of raw scores (-inf: nothing seen yet)
+    float row_sum[kMTiles][2];  // this thread's part of the running sum of exp
+
+    __device__ __forceinline__ void init()
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_max[mt][h] = -INFINITY;
+                row_sum[mt][h] = 0.f;
+            }
+        }
+    }
+
+    // Turns scores s into probabilities p = exp(scale*(s - max)) in place, updates
+    // the statistics and rescales the output accumulator o by exp(scale*(old max −
+    // new max)).
+    template <int kNTiles, int kDTiles>
+    __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
+                                           float (&o)[kMTiles][kDTiles][4], float scale_log2)
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float m = row_max[mt][h];
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt)
+                    m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                m = quad_max(m);
+                // A row with nothing visible yet keeps max = -inf: use 0 as the
+                // exponent's offset so that exp2(-inf - 0) = 0 and never NaN.
+                const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+                const float alpha = exp2_approx(row_max[mt][h] * scale_log2 - m_scaled);
+                row_max[mt][h] = m;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        s[mt][nt][e] = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -m_scaled));
+                        sum += s[mt][nt][e];
+                    }
+                }
+                row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+#pragma unroll
+                for (int dt = 0; dt < kDTiles; ++dt) {
+                    o[mt][dt][2 * h] *= alpha;
+                    o[mt][dt][2 * h + 1] *= alpha;
+                }
+            }
+        }
+    }
+
+    // After the last block: completes the row sums across the quad, returns 1/sum
+    // per row (0 for rows that saw nothing) and the log-sum-exp in natural units
+    // (-inf for those rows).
+    __device__ __forceinline__ void finish(float scale, float (&inv_sum)[kMTiles][2],
+                                           float (&lse)[kMTiles][2])
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float sum = quad_sum(row_sum[mt][h]);
+                const bool empty = sum == 0.f || row_max[mt][h] == -INFINITY;
+                inv_sum[mt][h] = empty ? 0.f : 1.f / sum;
+                lse[mt][h] = empty ? -INFINITY : row_max[mt][h] * scale + logf(sum);
+            }
+        }
+    }
+};
+
+}  // namespace fa2

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""libfa2 forward next to PyTorch SDPA (flash, cudnn) in one process.
+
+Loads libfa2.so through ctypes, exactly as an FFI user would, makes inputs with torch,
+checks libfa2's output against SDPA's, and times every backend on the same tensors
+(CUDA events, warm-up, median over >= 30 runs, inputs rotated so L2 does not hold
+them). Prints a table and writes CSV.
+
+    python3 bench/sdpa_compare.py --lib build/libfa2.so [--csv out.csv] [--quick]
+"""
+import argparse
+import ctypes
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+FA2_DTYPE = {torch.float16: 1, torch.bfloat16: 2}
+
+
+class Problem(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("dtype", ctypes.c_int),
+                ("causal", ctypes.c_int32)] + \
+               [(n, ctypes.c_int64) for n in ("batch", "seqlen_q", "seqlen_k", "heads_q",
+                                              "heads_kv", "head_dim", "window_left",
+                                              "window_right")] + \
+               [("softmax_scale", ctypes.c_float), ("reserved0", ctypes.c_int32)] + \
+               [(f"{t}_{s}_stride", ctypes.c_int64) for t in "qkvo"
+                for s in ("batch", "seq", "head")]
+
+
+class DeviceInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cc_major", ctypes.c_int32),
+                ("cc_minor", ctypes.c_int32), ("sm_count", ctypes.c_int32),
+                ("reserved0", ctypes.c_int32), ("smem_per_block_optin", ctypes.c_int64),
+                ("smem_per_sm", ctypes.c_int64)]
+
+
+class Plan(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("problem", Problem),
+                ("sram_elements", ctypes.c_int64), ("seed_br", ctypes.c_int64),
+                ("seed_bc", ctypes.c_int64)] + \
+               [(n, ctypes.c_int32) for n in ("block_m", "block_n", "block_m_rule",
+                                              "block_n_rule", "head_dim_bucket", "warps")] + \
+               [(n, ctypes.c_int64) for n in ("grid_blocks", "smem_bytes", "workspace_bytes")]
+
+
+def load_library(path):
+    lib = ctypes.CDLL(path)
+    lib.fa2_last_error.restype = ctypes.c_char_p
+    lib.fa2_problem_init.argtypes = [ctypes.POINTER(Problem), ctypes.c_int] + [ctypes.c_int64] * 6
+    lib.fa2_device_info_query.argtypes = [ctypes.c_int, ctypes.POINTER(DeviceInfo)]
+    lib.fa2_plan.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(DeviceInfo),
+                             ctypes.POINTER(Plan)]
+    lib.fa2_forward.argtypes = [ctypes.POINTER(Plan)] + [ctypes.c_void_p] * 5 + \
+                               [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    return lib
+
+
+def check(lib, status, what):
+    if status != 0:
+        raise RuntimeError(f"{what}: status {status}: {lib.fa2_last_error().decode()}")
+
+
+class Fa2Forward:
+    """A planned libfa2 forward for BSHD torch tensors q [b, s, h, d], k/v [b, s, hkv, d]."""
+
+    def __init__(self, lib, q, k, causal):
+        self.lib = lib
+        b, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        prob = Problem()
+        lib.fa2_problem_init(ctypes.byref(prob), FA2_DTYPE[q.dtype], b, sq, sk, hq, hkv, d)
+        prob.causal = int(causal)
+        info = DeviceInfo()
+        check(lib, lib.fa2_device_info_query(torch.cuda.current_device(), ctypes.byref(info)),
+              "fa2_device_info_query")
+        self.plan = Plan()
+        check(lib, lib.fa2_plan(ctypes.byref(prob), ctypes.byref(info), ctypes.byref(self.plan)),
+              "fa2_plan")
+
+    def __call__(self, q, k, v, o, lse=None):
+        stream = torch.cuda.current_stream().cuda_stream
+        check(self.lib, self.lib.fa2_forward(ctypes.byref(self.plan), q.data_ptr(), k.data_ptr(),
+                                             v.data_ptr(), o.data_ptr(),
+                                             lse.data_ptr() if lse is not None else None,
+                                             None, 0, stream), "fa2_forward")
+
+
+def flops_forward(b, h, sq, sk, d, causal):
+    f = 4.0 * b * h * sq * sk * d
+    return f / 2 if causal else f
+
+
+def time_ms(fn, sets, warmup=5, iters=30):
+    """Median of `iters` event-timed calls, cycling through input sets."""
+    for i in range(warmup):
+        fn(*sets[i % len(sets)])
+    times = []
+    for i in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        args = sets[i % len(sets)]
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def sdpa(backend, causal, gqa):
+    def run(q, k, v, o):
+        with sdpa_kernel([backend]):
+            # SDPA takes [b, h, s, d]; transposes are views of the same BSHD storage.
+            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=causal,
+                                           enable_gqa=gqa)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
+    ap.add_argument("--csv")
+    ap.add_argument("--quick", action="store_true", help="d=128 bf16 only")
+    args = ap.parse_args()
+    lib = load_library(args.lib)
+    torch.manual_seed(0)
+
+    shapes = []  # (dtype, b, hq, hkv, s, d, causal)
+    dtypes = [torch.bfloat16] if args.quick else [torch.bfloat16, torch.float16]
+    dims = [128] if args.quick else [64, 128, 256]
+    for dt in dtypes:
+        for d in dims:
+            for causal in (False, True):
+                for s in (512, 1024, 2048, 4096, 8192, 16384):
+                    h = 2048 // d
+                    shapes.append((dt, 16384 // s, h, h, s, d, causal))
+    if not args.quick:
+        shapes += [(torch.bfloat16, 4, 32, 8, 4096, 128, c) for c in (False, True)]
+
+    rows = []
+    header = (f"{'dtype':5} {'b':>3} {'hq':>3} {'hkv':>3} {'seq':>6} {'d':>4} {'causal':>6} "
+              f"{'fa2':>7} {'flash':>7} {'cudnn':>7} {'fa2/fl':>7} {'fa2/cu':>7} {'err':>8}")
+    print(header)
+    for dt, b, hq, hkv, s, d, causal in shapes:
+        n_sets = 3
+        sets = []
+        for _ in range(n_sets):
+            q = torch.randn(b, s, hq, d, device="cuda", dtype=dt)
+            k = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
+            v = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
+            sets.append((q, k, v, torch.empty_like(q)))
+        fa2 = Fa2Forward(lib, sets[0][0], sets[0][1], causal)
+        q, k, v, o = sets[0]
+        o.fill_(float("nan"))
+        fa2(q, k, v, o)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                          SDPBackend.EFFICIENT_ATTENTION]):
+            ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                 v.transpose(1, 2), is_causal=causal,
+                                                 enable_gqa=hq != hkv).transpose(1, 2)
+        err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+        fl = flops_forward(b, hq, s, s, d, causal)
+        t = {"fa2": time_ms(fa2, sets)}
+        for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                t[name] = time_ms(sdpa(be, causal, hq != hkv), sets)
+            except RuntimeError:
+                t[name] = float("nan")
+        tf = {k_: fl / (ms * 1e-3) / 1e12 for k_, ms in t.items()}
+        row = dict(dtype=str(dt).split(".")[-1], b=b, hq=hq, hkv=hkv, seq=s, d=d,
+                   causal=int(causal), fa2=tf["fa2"], flash=tf["flash"], cudnn=tf["cudnn"],
+                   err=err)
+        rows.append(row)
+        print(f"{row['dtype'][:5]:5} {b:3d} {hq:3d} {hkv:3d} {s:6d} {d:4d} {int(causal):6d} "
+              f"{tf['fa2']:7.1f} {tf['flash']:7.1f} {tf['cudnn']:7.1f} "
+              f"{tf['fa2'] / tf['flash']:7.2f} {tf['fa2'] / tf['cudnn']:7.2f} {err:8.1e}",
+              flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write(",".join(rows[0].keys()) + "\n")
+            for r in rows:
+                f.write(",".join(str(v_) for v_ in r.values()) + "\n")
+    bad = [r for r in rows if not (r["err"] < 2e-2)]
+    if bad:
+        print(f"FAIL: {len(bad)} shapes with rel. error >= 2e-2 against SDPA")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

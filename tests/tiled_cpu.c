@@ -1,0 +1,159 @@
+/* FlashAttention-2 forward, tiled, on the CPU (seed §3.1). The seed lists the loops
+ * K/V-outer and rescales O at every step (FlashAttention-1's order); FlashAttention-2
+ * puts the query blocks outside (one GPU thread block each) and divides by l once at
+ * the end. This file follows FlashAttention-2, in fp32, with the mask applied element
+ * by element as the kernel does (written out here, not taken from the oracle, so the
+ * two check each other). */
+#include "tiled_cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct tile_buffers_t {
+    float *s;   /* Br x Bc scores, then probabilities */
+    float *acc; /* Br x d unscaled output */
+    float *m;   /* Br running max */
+    float *l;   /* Br running sum */
+} tile_buffers_t;
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Is key j visible from query i? The rule of include/fa2.h. */
+static int visible(const fa2_problem_t *p, int64_t i, int64_t j)
+{
+    const int64_t diag = i + p->seqlen_k - p->seqlen_q;
+    const int64_t right = p->causal ? 0 : p->window_right;
+    if (p->window_left >= 0 && j < diag - p->window_left)
+        return 0;
+    if (right >= 0 && j > diag + right)
+        return 0;
+    return 1;
+}
+
+/* The key blocks a query block [i0, i1) can see: [*n0, *n1). Blocks wholly left of
+ * the first row's window or right of the last row's diagonal are skipped, as the GPU
+ * kernel skips them. */
+static void key_blocks(const fa2_problem_t *p, int64_t i0, int64_t i1, int64_t bn,
+                       int64_t *n0, int64_t *n1)
+{
+    const int64_t right = p->causal ? 0 : p->window_right;
+    int64_t first = 0, last = p->seqlen_k - 1;
+    if (p->window_left >= 0)
+        first = max64(first, i0 + p->seqlen_k - p->seqlen_q - p->window_left);
+    if (right >= 0)
+        last = min64(last, (i1 - 1) + p->seqlen_k - p->seqlen_q + right);
+    if (first > last) {
+        *n0 = *n1 = 0;
+        return;
+    }
+    *n0 = first / bn;
+    *n1 = last / bn + 1;
+}
+
+/* One query block [i0, i1) of one (batch, head). */
+static void query_block(const fa2_problem_t *p, int64_t bn, float scale, const float *q,
+                        const float *k, const float *v, int64_t b, int64_t h, int64_t i0,
+                        int64_t i1, tile_buffers_t *t, float *o, float *lse)
+{
+    const int64_t d = p->head_dim;
+    const int64_t rows = i1 - i0;
+    const int64_t hk = h / (p->heads_q / p->heads_kv);
+    const float *qb = q + b * p->q_batch_stride + h * p->q_head_stride;
+    const float *kb = k + b * p->k_batch_stride + hk * p->k_head_stride;
+    const float *vb = v + b * p->v_batch_stride + hk * p->v_head_stride;
+
+    for (int64_t r = 0; r < rows; ++r) {
+        t->m[r] = -INFINITY;
+        t->l[r] = 0.0f;
+        for (int64_t c = 0; c < d; ++c)
+            t->acc[r * d + c] = 0.0f;
+    }
+
+    int64_t n0, n1;
+    key_blocks(p, i0, i1, bn, &n0, &n1);
+    for (int64_t n = n0; n < n1; ++n) {
+        const int64_t j0 = n * bn;
+        const int64_t cols = min64(bn, p->seqlen_k - j0);
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = i0 + r;
+            const float *qi = qb + i * p->q_seq_stride;
+            float *s = t->s + r * bn;
+
+            /* S = scale * Q_i K_j^T, masked to -inf; the block's row max */
+            float m_blk = -INFINITY;
+            for (int64_t c = 0; c < cols; ++c) {
+                const float *kj = kb + (j0 + c) * p->k_seq_stride;
+                float dot = 0.0f;
+                for (int64_t x = 0; x < d; ++x)
+                    dot += qi[x] * kj[x];
+                s[c] = visible(p, i, j0 + c) ? scale * dot : -INFINITY;
+                m_blk = fmaxf(m_blk, s[c]);
+            }
+
+            /* online softmax: new max, rescale factor for what is accumulated. A row
+             * that has seen no visible key yet keeps m = -inf; exponentiate against 0
+             * then, so that exp(-inf - -inf) never makes a NaN. */
+            const float m_new = fmaxf(t->m[r], m_blk);
+            const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = expf(t->m[r] - m_ref);
+            float l_blk = 0.0f;
+            for (int64_t c = 0; c < cols; ++c) {
+                s[c] = expf(s[c] - m_ref);
+                l_blk += s[c];
+            }
+            t->l[r] = alpha * t->l[r] + l_blk;
+            t->m[r] = m_new;
+
+            /* O_i = alpha * O_i + P V_j, unnormalized */
+            float *acc = t->acc + r * d;
+            for (int64_t x = 0; x < d; ++x)
+                acc[x] *= alpha;
+            for (int64_t c = 0; c < cols; ++c) {
+                const float *vj = vb + (j0 + c) * p->v_seq_stride;
+                for (int64_t x = 0; x < d; ++x)
+                    acc[x] += s[c] * vj[x];
+            }
+        }
+    }
+
+    /* one division by l at the end; LSE = m + log(l) */
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        float *orow = o + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
+        const int empty = t->l[r] == 0.0f;
+        const float inv_l = empty ? 0.0f : 1.0f / t->l[r];
+        for (int64_t x = 0; x < d; ++x)
+            orow[x] = t->acc[r * d + x] * inv_l;
+        if (lse)
+            lse[(b * p->heads_q + h) * p->seqlen_q + i] =
+                empty ? -INFINITY : t->m[r] + logf(t->l[r]);
+    }
+}
+
+int tiled_cpu_forward(const fa2_problem_t *p, int64_t block_m, int64_t block_n,
+                      const float *q, const float *k, const float *v, float *o, float *lse)
+{
+    if (block_m < 1 || block_n < 1)
+        return -1;
+    const int64_t d = p->head_dim;
+    const float scale =
+        p->softmax_scale != 0.0f ? p->softmax_scale : 1.0f / sqrtf((float)d);
+    tile_buffers_t t;
+    t.s = malloc(sizeof(float) * (size_t)(block_m * block_n));
+    t.acc = malloc(sizeof(float) * (size_t)(block_m * d));
+    t.m = malloc(sizeof(float) * (size_t)block_m);
+    t.l = malloc(sizeof(float) * (size_t)block_m);
+    const int ok = t.s && t.acc && t.m && t.l;
+    if (ok)
+        for (int64_t b = 0; b < p->batch; ++b)
+            for (int64_t h = 0; h < p->heads_q; ++h)
+                for (int64_t i0 = 0; i0 < p->seqlen_q; i0 += block_m)
+                    query_block(p, block_n, scale, q, k, v, b, h, i0,
+                                min64(i0 + block_m, p->seqlen_q), &t, o, lse);
+    free(t.s);
+    free(t.acc);
+    free(t.m);
+    free(t.l);
+    return ok ? 0 : -1;
+}

@@ -6,14 +6,40 @@
 
 #include <stdint.h>
 
-/* X(head_dim_bucket, block_m (Br), block_n (Bc), warps) */
-#define FA2_FWD_TILES(X)   \
-    X(32, 128, 64, 4)      \
-    X(64, 128, 64, 4)      \
-    X(96, 128, 32, 4)      \
-    X(128, 128, 32, 4)     \
-    X(192, 128, 32, 8)     \
-    X(256, 128, 32, 8)
+/* (head_dim_bucket, block_m (Br), block_n (Bc), warps). Each can be overridden at
+ * configure time for tuning (CMake -DFA2_TILE_D128="128,64,64,4" writes
+ * fa2_tile_overrides.h); planner and kernels always see the same values. */
+#ifdef FA2_TILE_OVERRIDES
+#include "fa2_tile_overrides.h"
+#endif
+#ifndef FA2_TILE_D32
+#define FA2_TILE_D32 (32, 128, 64, 4)
+#endif
+#ifndef FA2_TILE_D64
+#define FA2_TILE_D64 (64, 128, 64, 4)
+#endif
+#ifndef FA2_TILE_D96
+#define FA2_TILE_D96 (96, 128, 32, 4)
+#endif
+#ifndef FA2_TILE_D128
+#define FA2_TILE_D128 (128, 128, 32, 4)
+#endif
+#ifndef FA2_TILE_D192
+#define FA2_TILE_D192 (192, 128, 32, 8)
+#endif
+#ifndef FA2_TILE_D256
+#define FA2_TILE_D256 (256, 128, 32, 8)
+#endif
+
+#define FA2_APPLY_TILE(X, tile) X tile
+/* X(head_dim_bucket, block_m, block_n, warps) for every compiled bucket. */
+#define FA2_FWD_TILES(X)                 \
+    FA2_APPLY_TILE(X, FA2_TILE_D32)      \
+    FA2_APPLY_TILE(X, FA2_TILE_D64)      \
+    FA2_APPLY_TILE(X, FA2_TILE_D96)      \
+    FA2_APPLY_TILE(X, FA2_TILE_D128)     \
+    FA2_APPLY_TILE(X, FA2_TILE_D192)     \
+    FA2_APPLY_TILE(X, FA2_TILE_D256)
 
 /* Shared-memory row length in elements: the head dim rounded up to 64 (128-byte
  * rows), so that one XOR swizzle makes every ldmatrix conflict-free. */

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The one script for the GPU machine: configure (Ninja, sm_90a only), build, full ctest,
+# the demo, fa2_bench, and a short summary printed LAST. Run from the repo root, with
+# cmocka's .deb files in .deps/ (../shared/tools/fetch-cmocka.sh puts them there):
+#
+#   device run, carry [".deps"]:  bash bench/gpu_check.sh
+#
+# Logs and bench.csv go to $OUT (the device tool's folder that comes back; default
+# ./gpu-out). Environment:
+#   FA2_BENCH_ARGS   extra fa2_bench arguments, e.g. "--seqlen 8192 --head-dim 128"
+#   FA2_SKIP_BENCH=1 skip fa2_bench
+#   FA2_CTEST_ARGS   extra ctest arguments, e.g. "-L gpu" or "-R forward"
+# Every step runs even if an earlier one failed; the exit status is non-zero if any
+# step failed.
+set -uo pipefail
+
+OUT=${OUT:-$PWD/gpu-out}
+BUILD=build-gpu
+mkdir -p "$OUT"
+failed=()
+started=$(date +%s)
+
+# run_step NAME LOG COMMAND...: runs COMMAND, its output to the terminal and LOG.
+run_step() {
+    local name=$1 log=$2
+    shift 2
+    echo
+    echo "=== $name: $*"
+    local t0=$(date +%s)
+    "$@" 2>&1 | tee -a "$log"
+    local rc=${PIPESTATUS[0]}
+    echo "=== $name: $([ "$rc" -eq 0 ] && echo ok || echo "FAILED (exit $rc)") in $(( $(date +%s) - t0 )) s"
+    [ "$rc" -eq 0 ] || failed+=("$name")
+    return "$rc"
+}
+
+unpack_cmocka() {
+    ls .deps/*.deb >/dev/null 2>&1 || { echo "no .deps/*.deb: run ../shared/tools/fetch-cmocka.sh and carry .deps"; return 1; }
+    mkdir -p /opt/cmocka
+    for f in .deps/*.deb; do dpkg -x "$f" /opt/cmocka || return 1; done
+    echo "cmocka unpacked into /opt/cmocka"
+}
+
+: >"$OUT/build.log"
+run_step cmocka "$OUT/build.log" unpack_cmocka
+configured=0
+run_step configure "$OUT/build.log" cmake -S . -B "$BUILD" -G Ninja \
+    -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_PREFIX_PATH=/opt/cmocka/usr && configured=1
+build_time="not built"
+if [ "$configured" = 1 ]; then
+    t0=$(date +%s)
+    run_step build "$OUT/build.log" cmake --build "$BUILD" -j16
+    build_time="$(( $(date +%s) - t0 )) s (-j16, 90a-real)"
+fi
+
+: >"$OUT/ctest.log"
+# shellcheck disable=SC2086  # FA2_CTEST_ARGS is a list of words
+run_step ctest "$OUT/ctest.log" ctest --test-dir "$BUILD" --output-on-failure --no-tests=error ${FA2_CTEST_ARGS:-}
+
+: >"$OUT/demo.log"
+run_step demo "$OUT/demo.log" "$BUILD/examples/fa2_demo"
+
+if [ "${FA2_SKIP_BENCH:-0}" != 1 ]; then
+    : >"$OUT/bench.log"
+    rm -f "$OUT/bench.csv"
+    # shellcheck disable=SC2086
+    run_step bench "$OUT/bench.log" "$BUILD/bench/fa2_bench" --csv "$OUT/bench.csv" ${FA2_BENCH_ARGS:-}
+fi
+
+# ---- summary (last, so the device tool's output tail holds it) -----------------------
+{
+    echo
+    echo "==================== gpu_check summary ===================="
+    echo "date:   $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "gpu:    $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
+    echo "nvcc:   $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo 'unknown (no .git)')"
+    echo "args:   FA2_CTEST_ARGS='${FA2_CTEST_ARGS:-}' FA2_BENCH_ARGS='${FA2_BENCH_ARGS:-}' FA2_SKIP_BENCH='${FA2_SKIP_BENCH:-0}'"
+    echo "build:  $build_time"
+    if grep -q 'tests failed out of' "$OUT/ctest.log" 2>/dev/null; then
+        total=$(grep -o 'out of [0-9]*' "$OUT/ctest.log" | tail -1 | grep -o '[0-9]*')
+        nfail=$(grep -o '[0-9]* tests* failed' "$OUT/ctest.log" | tail -1 | grep -o '^[0-9]*')
+        nskip=$(grep -c '\*\*\*Skipped' "$OUT/ctest.log")
+        echo "ctest:  $((total - nfail - nskip)) passed, $nfail failed, $nskip skipped (of $total)"
+        grep -E '\*\*\*(Failed|Skipped|Timeout|Exception)|Not Run' "$OUT/ctest.log" | sed 's/^/        /'
+    else
+        echo "ctest:  did not run to the end (see ctest.log)"
+    fi
+    echo "demo:   $(grep -E '^fa2_demo: ' "$OUT/demo.log" 2>/dev/null | tail -1 || true)"
+    grep -E 'causal (on|off) .*TFLOP/s' "$OUT/demo.log" 2>/dev/null | sed 's/^ */        /'
+    if [ -s "$OUT/bench.csv" ]; then
+        grep -h '^spot check' "$OUT/bench.log" | sed 's/^/bench:  /'
+        echo "bench:  key rows (head_dim 128, seqlen 8192; issue target: non-causal >= 175 TFLOP/s)"
+        awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+                 $col["head_dim"] == 128 && $col["seqlen"] == 8192 {
+                     printf "        %s d=128 N=8192 causal=%s: fa2 %s TFLOP/s (%s ms), baseline %s TFLOP/s, speed-up %sx\n",
+                         $col["dtype"], $col["causal"], $col["fa2_tflops"], $col["fa2_ms"],
+                         $col["base_tflops"], $col["speedup"] }' "$OUT/bench.csv"
+    elif [ "${FA2_SKIP_BENCH:-0}" = 1 ]; then
+        echo "bench:  skipped (FA2_SKIP_BENCH=1)"
+    else
+        echo "bench:  no results (see bench.log)"
+    fi
+    echo "total:  $(( $(date +%s) - started )) s"
+    if [ ${#failed[@]} -eq 0 ]; then
+        echo "RESULT: all steps ok"
+    else
+        echo "RESULT: FAILED steps: ${failed[*]}"
+    fi
+} 2>&1 | tee "$OUT/summary.txt"
+
+[ ${#failed[@]} -eq 0 ]

@@ -1,0 +1,68 @@
+/* Internal declarations shared by the files in src/. Not installed. */
+#ifndef FA2_INTERNAL_H
+#define FA2_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fa2.h"
+
+#if defined(__GNUC__)
+#define FA2_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define FA2_PRINTF(f, a)
+#endif
+
+/* Sets the calling thread's message (vsnprintf, truncated to fit) and returns s. */
+fa2_status_t fa2_fail(fa2_status_t s, const char *fmt, ...) FA2_PRINTF(2, 3);
+
+/* Empties the calling thread's message. Called on entry by every function that
+ * returns a fa2_status_t. */
+void fa2_clear_error(void);
+
+/* Size of the first public version of each extensible struct: the smallest
+ * struct_size a caller may pass. Grows never; sizeof() grows with new fields. */
+#define FA2_PROBLEM_V1_SIZE \
+    (offsetof(fa2_problem_t, o_head_stride) + sizeof(int64_t))
+#define FA2_DEVICE_INFO_V1_SIZE \
+    (offsetof(fa2_device_info_t, smem_per_sm) + sizeof(int64_t))
+
+/* One row of kernels/fwd_tiles.h. */
+typedef struct fa2_fwd_tile_t {
+    int32_t head_dim_bucket;
+    int32_t block_m;
+    int32_t block_n;
+    int32_t warps;
+} fa2_fwd_tile_t;
+
+/* The compiled head dim a problem of `head_dim` runs in: the smallest bucket >=
+ * head_dim, or 0 when there is none (head_dim > 256). Callers check the multiple of
+ * 8 themselves. */
+int fa2_head_dim_bucket(int64_t head_dim);
+
+/* The compiled tile of `bucket`; 0 and *tile untouched when there is none. */
+int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile);
+
+/* Every check fa2_plan makes; FA2_SUCCESS or the first failure (message set). */
+fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,
+                                  const fa2_device_info_t *device);
+
+/* Checked int64 arithmetic for non-negative operands: *out = a*b (a+b); returns 0
+ * instead of overflowing, leaving *out untouched. */
+static inline int fa2_mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0 || (a != 0 && b > INT64_MAX / a))
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+static inline int fa2_add_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0 || a > INT64_MAX - b)
+        return 0;
+    *out = a + b;
+    return 1;
+}
+
+#endif

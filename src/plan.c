@@ -1,0 +1,81 @@
+/* fa2_plan: validate, then size the tiles from the FlashAttention seed rule and the
+ * compiled kernel table. The rule and its units: docs/planning.md. */
+#include <math.h>
+#include <string.h>
+
+#include "fwd_tiles.h"
+#include "internal.h"
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* One tile side. `seed` is the seed's SRAM bound, `uncapped` the value before the
+ * min(., d) of Bc (== seed for Br), `kernel` the compiled side. The kernel only runs
+ * its compiled side, so that is the value; the rule says what fixed it:
+ *  - rounded seed above the kernel's side: the kernel capped it;
+ *  - rounded seed equal to it: the seed (or d, or the rounding) fixed it;
+ *  - rounded seed below it: the seed's model (Q, K, V, O all Bxd in SRAM) is more
+ *    conservative than the kernel, whose exact shared memory fa2_validate_problem
+ *    has already checked against the device; the kernel's side stands. */
+static int32_t pick_rule(int64_t seed, int64_t uncapped, int64_t kernel)
+{
+    int64_t rounded = seed / 16 * 16;
+    if (rounded != kernel)
+        return FA2_RULE_KERNEL_TILE;
+    if (rounded != seed)
+        return FA2_RULE_MMA_MULTIPLE;
+    if (seed < uncapped)
+        return FA2_RULE_HEAD_DIM;
+    return FA2_RULE_SEED_SRAM;
+}
+
+fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,
+                      fa2_plan_t *plan)
+{
+    fa2_plan_t out = {0};
+    fa2_fwd_tile_t tile;
+    fa2_status_t s;
+    int64_t d, sram, seed;
+
+    fa2_clear_error();
+    if (!plan)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "plan is NULL");
+    if ((s = fa2_validate_problem(problem, device)) != FA2_SUCCESS)
+        return s;
+
+    d = fa2_head_dim_bucket(problem->head_dim);
+    if (!fa2_fwd_tile(d, &tile))
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=%lld has no kernel",
+                        (long long)problem->head_dim);
+
+    out.struct_size = sizeof(fa2_plan_t);
+    /* Copy the caller's version; fields it predates keep their zero default. */
+    memcpy(&out.problem, problem, problem->struct_size);
+    out.problem.struct_size = sizeof(fa2_problem_t);
+    if (out.problem.softmax_scale == 0.0f)
+        out.problem.softmax_scale = 1.0f / sqrtf((float)problem->head_dim);
+
+    /* M in 2-byte elements (fp16 and bf16 alike). */
+    sram = device->smem_per_block_optin / 2;
+    seed = ceil_div(sram, 4 * d);
+    out.sram_elements = sram;
+    out.seed_br = seed;
+    out.seed_bc = seed < d ? seed : d;
+
+    out.block_m = tile.block_m;
+    out.block_n = tile.block_n;
+    out.block_m_rule = pick_rule(out.seed_br, seed, tile.block_m);
+    out.block_n_rule = pick_rule(out.seed_bc, seed, tile.block_n);
+    out.head_dim_bucket = tile.head_dim_bucket;
+    out.warps = tile.warps;
+    /* Fits: batch * heads_q * seqlen_q was checked against int64 by validation. */
+    out.grid_blocks = problem->batch * problem->heads_q *
+                      ceil_div(problem->seqlen_q, tile.block_m);
+    out.smem_bytes = fa2_fwd_smem_bytes(tile.head_dim_bucket, tile.block_m, tile.block_n);
+    out.workspace_bytes = 0;
+
+    *plan = out;
+    return FA2_SUCCESS;
+}

@@ -1,0 +1,75 @@
+/* Version, status names and the per-thread error message. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+static _Thread_local char fa2_message[512];
+
+unsigned fa2_version(void)
+{
+    return FA2_VERSION_NUMBER;
+}
+
+const char *fa2_status_string(fa2_status_t status)
+{
+    switch (status) {
+    case FA2_SUCCESS:
+        return "FA2_SUCCESS: no error";
+    case FA2_ERROR_NULL_POINTER:
+        return "FA2_ERROR_NULL_POINTER: a required pointer argument is NULL";
+    case FA2_ERROR_STRUCT_SIZE:
+        return "FA2_ERROR_STRUCT_SIZE: struct_size is not one this library knows "
+               "(set it with the init call)";
+    case FA2_ERROR_INVALID_SIZE:
+        return "FA2_ERROR_INVALID_SIZE: batch, seqlen or heads out of range";
+    case FA2_ERROR_SIZE_OVERFLOW:
+        return "FA2_ERROR_SIZE_OVERFLOW: a tensor extent or offset does not fit in int64";
+    case FA2_ERROR_UNSUPPORTED_DTYPE:
+        return "FA2_ERROR_UNSUPPORTED_DTYPE: dtype is not FA2_DTYPE_FP16 or FA2_DTYPE_BF16";
+    case FA2_ERROR_UNSUPPORTED_HEAD_DIM:
+        return "FA2_ERROR_UNSUPPORTED_HEAD_DIM: head_dim is not a multiple of 8 in [8, 256]";
+    case FA2_ERROR_HEADS_MISMATCH:
+        return "FA2_ERROR_HEADS_MISMATCH: heads_q is not a multiple of heads_kv";
+    case FA2_ERROR_BAD_STRIDE:
+        return "FA2_ERROR_BAD_STRIDE: a stride is negative or not a multiple of 8";
+    case FA2_ERROR_MISALIGNED:
+        return "FA2_ERROR_MISALIGNED: a tensor pointer is not aligned";
+    case FA2_ERROR_BAD_WINDOW:
+        return "FA2_ERROR_BAD_WINDOW: bad window_left/window_right or causal";
+    case FA2_ERROR_BAD_SCALE:
+        return "FA2_ERROR_BAD_SCALE: softmax_scale is negative, NaN or infinite";
+    case FA2_ERROR_UNSUPPORTED_DEVICE:
+        return "FA2_ERROR_UNSUPPORTED_DEVICE: compute capability below 8.0";
+    case FA2_ERROR_SHARED_MEMORY:
+        return "FA2_ERROR_SHARED_MEMORY: the tiles do not fit the device's shared memory";
+    case FA2_ERROR_WORKSPACE:
+        return "FA2_ERROR_WORKSPACE: workspace missing or smaller than the plan needs";
+    case FA2_ERROR_NO_DEVICE:
+        return "FA2_ERROR_NO_DEVICE: no CUDA device, or the device index is invalid";
+    case FA2_ERROR_CUDA:
+        return "FA2_ERROR_CUDA: the CUDA runtime reported an error";
+    }
+    return "unknown fa2_status_t";
+}
+
+/* Does not clear the message: `printf("%s: %s", fa2_status_string(s),
+ * fa2_last_error())` must work whatever order the arguments are evaluated in. */
+const char *fa2_last_error(void)
+{
+    return fa2_message;
+}
+
+fa2_status_t fa2_fail(fa2_status_t s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fa2_message, sizeof fa2_message, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void fa2_clear_error(void)
+{
+    fa2_message[0] = '\0';
+}

@@ -1,0 +1,190 @@
+/* Every check fa2_plan makes, in a fixed order; each failure names the field and
+ * its value. Pure host code. */
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+
+#include "fwd_tiles.h"
+#include "internal.h"
+
+int fa2_head_dim_bucket(int64_t head_dim)
+{
+    int best = 0;
+#define FA2_X(bucket, bm, bn, w)                                          \
+    if (head_dim <= (bucket) && (best == 0 || (bucket) < best))           \
+        best = (bucket);
+    FA2_FWD_TILES(FA2_X)
+#undef FA2_X
+    return best;
+}
+
+int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile)
+{
+#define FA2_X(b, bm, bn, w)                                               \
+    if (bucket == (b)) {                                                  \
+        tile->head_dim_bucket = (b);                                      \
+        tile->block_m = (bm);                                             \
+        tile->block_n = (bn);                                             \
+        tile->warps = (w);                                                \
+        return 1;                                                         \
+    }
+    FA2_FWD_TILES(FA2_X)
+#undef FA2_X
+    return 0;
+}
+
+static fa2_status_t check_range(const char *name, int64_t value, int64_t lo, int64_t hi)
+{
+    if (value < lo || value > hi)
+        return fa2_fail(FA2_ERROR_INVALID_SIZE,
+                        "%s=%" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", name,
+                        value, lo, hi);
+    return FA2_SUCCESS;
+}
+
+static fa2_status_t check_stride(const char *name, int64_t stride)
+{
+    if (stride < 0)
+        return fa2_fail(FA2_ERROR_BAD_STRIDE, "%s=%" PRId64 " is negative", name, stride);
+    if (stride % 8 != 0)
+        return fa2_fail(FA2_ERROR_BAD_STRIDE,
+                        "%s=%" PRId64 " is not a multiple of 8 (16-byte rows)", name, stride);
+    return FA2_SUCCESS;
+}
+
+/* The byte just past a tensor's last element, (batch-1)*bs + (seq-1)*ss +
+ * (heads-1)*hs + head_dim elements of `elem` bytes, must fit in int64. */
+static fa2_status_t check_extent(const char *name, int64_t batch, int64_t seq,
+                                 int64_t heads, int64_t head_dim, int64_t bs, int64_t ss,
+                                 int64_t hs, int64_t elem)
+{
+    int64_t a, b, c, end;
+    int64_t last_seq = seq > 0 ? seq - 1 : 0; /* seqlen_k = 0: nothing is read */
+    if (!fa2_mul_i64(batch - 1, bs, &a) || !fa2_mul_i64(last_seq, ss, &b) ||
+        !fa2_mul_i64(heads - 1, hs, &c) || !fa2_add_i64(a, b, &end) ||
+        !fa2_add_i64(end, c, &end) || !fa2_add_i64(end, head_dim, &end) ||
+        !fa2_mul_i64(end, elem, &end))
+        return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
+                        "%s: the largest offset overflows int64 (batch=%" PRId64
+                        " seqlen=%" PRId64 " heads=%" PRId64 ", strides %" PRId64
+                        "/%" PRId64 "/%" PRId64 ")",
+                        name, batch, seq, heads, bs, ss, hs);
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_t *dev)
+{
+    fa2_status_t s;
+    fa2_fwd_tile_t tile;
+    int64_t n;
+
+    if (!p)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "problem is NULL");
+    if (!dev)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "device is NULL");
+    /* Accept every version from v1 up to this library's own. */
+    if (p->struct_size < FA2_PROBLEM_V1_SIZE || p->struct_size > sizeof(fa2_problem_t))
+        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
+                        "problem->struct_size=%zu, expected %zu (set it with "
+                        "fa2_problem_init)",
+                        p->struct_size, sizeof(fa2_problem_t));
+    if (dev->struct_size < FA2_DEVICE_INFO_V1_SIZE ||
+        dev->struct_size > sizeof(fa2_device_info_t))
+        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
+                        "device->struct_size=%zu, expected %zu (sizeof(fa2_device_info_t))",
+                        dev->struct_size, sizeof(fa2_device_info_t));
+
+    if (p->dtype != FA2_DTYPE_FP16 && p->dtype != FA2_DTYPE_BF16)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_DTYPE,
+                        "dtype=%d is not supported (FA2_DTYPE_FP16=1, FA2_DTYPE_BF16=2)",
+                        (int)p->dtype);
+
+    if ((s = check_range("batch", p->batch, 1, INT32_MAX)) ||
+        (s = check_range("seqlen_q", p->seqlen_q, 1, INT32_MAX)) ||
+        (s = check_range("seqlen_k", p->seqlen_k, 0, INT32_MAX)) ||
+        (s = check_range("heads_q", p->heads_q, 1, INT32_MAX)) ||
+        (s = check_range("heads_kv", p->heads_kv, 1, INT32_MAX)))
+        return s;
+
+    if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0 ||
+        fa2_head_dim_bucket(p->head_dim) == 0)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
+                        "head_dim=%" PRId64 " is not supported (multiples of 8 from 8 to 256)",
+                        p->head_dim);
+
+    if (p->heads_q % p->heads_kv != 0)
+        return fa2_fail(FA2_ERROR_HEADS_MISMATCH,
+                        "heads_q=%" PRId64 " is not a multiple of heads_kv=%" PRId64,
+                        p->heads_q, p->heads_kv);
+
+    if ((s = check_stride("q_batch_stride", p->q_batch_stride)) ||
+        (s = check_stride("q_seq_stride", p->q_seq_stride)) ||
+        (s = check_stride("q_head_stride", p->q_head_stride)) ||
+        (s = check_stride("k_batch_stride", p->k_batch_stride)) ||
+        (s = check_stride("k_seq_stride", p->k_seq_stride)) ||
+        (s = check_stride("k_head_stride", p->k_head_stride)) ||
+        (s = check_stride("v_batch_stride", p->v_batch_stride)) ||
+        (s = check_stride("v_seq_stride", p->v_seq_stride)) ||
+        (s = check_stride("v_head_stride", p->v_head_stride)) ||
+        (s = check_stride("o_batch_stride", p->o_batch_stride)) ||
+        (s = check_stride("o_seq_stride", p->o_seq_stride)) ||
+        (s = check_stride("o_head_stride", p->o_head_stride)))
+        return s;
+
+    /* Sizes are now in range and strides non-negative: the checked helpers apply. */
+    if ((s = check_extent("q", p->batch, p->seqlen_q, p->heads_q, p->head_dim,
+                          p->q_batch_stride, p->q_seq_stride, p->q_head_stride, 2)) ||
+        (s = check_extent("k", p->batch, p->seqlen_k, p->heads_kv, p->head_dim,
+                          p->k_batch_stride, p->k_seq_stride, p->k_head_stride, 2)) ||
+        (s = check_extent("v", p->batch, p->seqlen_k, p->heads_kv, p->head_dim,
+                          p->v_batch_stride, p->v_seq_stride, p->v_head_stride, 2)) ||
+        (s = check_extent("o", p->batch, p->seqlen_q, p->heads_q, p->head_dim,
+                          p->o_batch_stride, p->o_seq_stride, p->o_head_stride, 2)))
+        return s;
+    if (!fa2_mul_i64(p->batch, p->heads_q, &n) || !fa2_mul_i64(n, p->seqlen_q, &n) ||
+        !fa2_mul_i64(n, 4, &n))
+        return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
+                        "lse: batch=%" PRId64 " * heads_q=%" PRId64 " * seqlen_q=%" PRId64
+                        " float32 values overflow int64 bytes",
+                        p->batch, p->heads_q, p->seqlen_q);
+
+    if (p->causal != 0 && p->causal != 1)
+        return fa2_fail(FA2_ERROR_BAD_WINDOW, "causal=%d is not 0 or 1", (int)p->causal);
+    if (p->window_left < -1 || p->window_left > INT32_MAX)
+        return fa2_fail(FA2_ERROR_BAD_WINDOW,
+                        "window_left=%" PRId64 " is out of range [-1, 2147483647]",
+                        p->window_left);
+    if (p->window_right < -1 || p->window_right > INT32_MAX)
+        return fa2_fail(FA2_ERROR_BAD_WINDOW,
+                        "window_right=%" PRId64 " is out of range [-1, 2147483647]",
+                        p->window_right);
+    if (p->causal && p->window_right != -1 && p->window_right != 0)
+        return fa2_fail(FA2_ERROR_BAD_WINDOW,
+                        "window_right=%" PRId64 " conflicts with causal=1 (use -1 or 0)",
+                        p->window_right);
+
+    if (isnan(p->softmax_scale) || isinf(p->softmax_scale) || p->softmax_scale < 0.0f)
+        return fa2_fail(FA2_ERROR_BAD_SCALE,
+                        "softmax_scale=%g is not supported (0 for 1/sqrt(head_dim), or "
+                        "finite and > 0)",
+                        (double)p->softmax_scale);
+
+    if (dev->cc_major < 8)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_DEVICE,
+                        "device compute capability %d.%d: libfa2 needs sm_80 or newer",
+                        (int)dev->cc_major, (int)dev->cc_minor);
+
+    /* The compiled tile's exact shared memory; see docs/planning.md. */
+    if (!fa2_fwd_tile(fa2_head_dim_bucket(p->head_dim), &tile))
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
+                        "head_dim=%" PRId64 " has no compiled kernel", p->head_dim);
+    n = fa2_fwd_smem_bytes(tile.head_dim_bucket, tile.block_m, tile.block_n);
+    if (n > dev->smem_per_block_optin)
+        return fa2_fail(FA2_ERROR_SHARED_MEMORY,
+                        "head_dim=%" PRId64 " (kernel %dx%d, d=%d) needs %" PRId64
+                        " bytes of shared memory per block, device has %" PRId64
+                        " (smem_per_block_optin)",
+                        p->head_dim, (int)tile.block_m, (int)tile.block_n,
+                        (int)tile.head_dim_bucket, n, dev->smem_per_block_optin);
+    return FA2_SUCCESS;
+}

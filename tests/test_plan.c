@@ -1,0 +1,350 @@
+/* Planner properties: for every supported head dim, several shared-memory sizes and
+ * both dtypes, an accepted plan fits the device, has tiles that are multiples of 16,
+ * covers the problem with its grid, and reports the seed values of the
+ * FlashAttention rule, computed here independently. CPU only. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fa2.h"
+#include "fwd_tiles.h"
+
+typedef struct tile_t {
+    int64_t bucket, br, bc, warps;
+} tile_t;
+
+static const tile_t tiles[] = {
+#define X(b, bm, bn, w) {b, bm, bn, w},
+    FA2_FWD_TILES(X)
+#undef X
+};
+#define NTILES (sizeof tiles / sizeof tiles[0])
+
+static const int64_t buckets[] = {32, 64, 96, 128, 192, 256};
+
+static fa2_device_info_t device(int64_t optin)
+{
+    fa2_device_info_t d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.cc_major = 9;
+    d.cc_minor = 0;
+    d.sm_count = 132;
+    d.smem_per_block_optin = optin;
+    d.smem_per_sm = optin + 1024;
+    return d;
+}
+
+/* The smallest compiled head dim >= d, from the documented list. */
+static int64_t bucket_of(int64_t d)
+{
+    for (size_t i = 0; i < sizeof buckets / sizeof buckets[0]; i++)
+        if (buckets[i] >= d)
+            return buckets[i];
+    return 0;
+}
+
+static const tile_t *tile_of(int64_t bucket)
+{
+    for (size_t i = 0; i < NTILES; i++)
+        if (tiles[i].bucket == bucket)
+            return &tiles[i];
+    return NULL;
+}
+
+/* The compiled table itself: one row per documented bucket, shapes the mma needs. */
+static void test_tile_table(void **state)
+{
+    (void)state;
+    assert_int_equal(NTILES, sizeof buckets / sizeof buckets[0]);
+    for (size_t i = 0; i < NTILES; i++) {
+        const tile_t *t = tile_of(buckets[i]);
+        assert_non_null(t);
+        assert_true(t->br >= 16 && t->br % 16 == 0);
+        assert_true(t->bc >= 16 && t->bc % 16 == 0);
+        assert_true(t->warps == 4 || t->warps == 8);
+        /* 16 query rows (one m16 mma tile) per warp at least. */
+        assert_true(t->br % (16 * t->warps) == 0);
+    }
+}
+
+/* Which rule fixed one side, per docs/planning.md. */
+static int32_t expected_rule(int64_t seed, int64_t uncapped, int64_t kernel)
+{
+    int64_t rounded = seed - seed % 16;
+    if (rounded != kernel)
+        return FA2_RULE_KERNEL_TILE;
+    if (rounded != seed)
+        return FA2_RULE_MMA_MULTIPLE;
+    return seed < uncapped ? FA2_RULE_HEAD_DIM : FA2_RULE_SEED_SRAM;
+}
+
+/* Everything an accepted plan must satisfy. */
+static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
+                       const fa2_plan_t *pl)
+{
+    int64_t bucket = bucket_of(p->head_dim);
+    const tile_t *t = tile_of(bucket);
+    int64_t m = d->smem_per_block_optin / 2; /* bytes -> 2-byte elements */
+    int64_t seed = (m + 4 * bucket - 1) / (4 * bucket);
+    int64_t per_head;
+
+    assert_non_null(t);
+    assert_int_equal(pl->struct_size, sizeof(fa2_plan_t));
+    assert_int_equal(pl->head_dim_bucket, bucket);
+    assert_int_equal(pl->sram_elements, m);
+    assert_int_equal(pl->seed_br, seed);
+    assert_int_equal(pl->seed_bc, seed < bucket ? seed : bucket);
+    /* The seed is ceil(M / 4d): the smallest integer with 4 d * seed >= M. */
+    assert_true(4 * bucket * pl->seed_br >= m);
+    assert_true(4 * bucket * (pl->seed_br - 1) < m);
+
+    /* Tiles: the compiled ones, multiples of 16, fit in shared memory. */
+    assert_int_equal(pl->block_m, t->br);
+    assert_int_equal(pl->block_n, t->bc);
+    assert_int_equal(pl->warps, t->warps);
+    assert_true(pl->block_m >= 16 && pl->block_m % 16 == 0);
+    assert_true(pl->block_n >= 16 && pl->block_n % 16 == 0);
+    assert_int_equal(pl->smem_bytes, fa2_fwd_smem_bytes(bucket, t->br, t->bc));
+    /* Q (Br rows) + K double buffer + V (Bc rows each), rows of >= d 2-byte values. */
+    assert_true(pl->smem_bytes >= (pl->block_m + 3 * pl->block_n) * bucket * 2);
+    assert_true(pl->smem_bytes <= d->smem_per_block_optin);
+    assert_int_equal(pl->block_m_rule, expected_rule(pl->seed_br, seed, t->br));
+    assert_int_equal(pl->block_n_rule, expected_rule(pl->seed_bc, seed, t->bc));
+
+    /* Grid: one block per (batch, head, Br query rows), covering every row. */
+    assert_int_equal(pl->grid_blocks % (p->batch * p->heads_q), 0);
+    per_head = pl->grid_blocks / (p->batch * p->heads_q);
+    assert_true(per_head * pl->block_m >= p->seqlen_q);
+    assert_true((per_head - 1) * pl->block_m < p->seqlen_q);
+    assert_int_equal(pl->workspace_bytes, 0);
+
+    /* The problem, copied, with the default scale resolved. */
+    assert_int_equal(pl->problem.struct_size, sizeof(fa2_problem_t));
+    assert_int_equal(pl->problem.head_dim, p->head_dim);
+    assert_int_equal(pl->problem.batch, p->batch);
+    assert_int_equal(pl->problem.seqlen_q, p->seqlen_q);
+    assert_int_equal(pl->problem.q_seq_stride, p->q_seq_stride);
+    if (p->softmax_scale == 0.0f)
+        assert_true(pl->problem.softmax_scale == 1.0f / sqrtf((float)p->head_dim));
+    else
+        assert_true(pl->problem.softmax_scale == p->softmax_scale);
+}
+
+/* Every head dim 8..256 (step 8) x M x dtype x a few lengths. Accepted exactly when
+ * the compiled tile fits in the device's shared memory. */
+static void test_properties_sweep(void **state)
+{
+    static const int64_t smem[] = {48 * 1024, 99 * 1024, 163 * 1024, 227 * 1024};
+    static const int64_t seqlens[] = {1, 17, 128, 129, 1000};
+    static const fa2_dtype_t dtypes[] = {FA2_DTYPE_FP16, FA2_DTYPE_BF16};
+    int accepted = 0, rejected = 0;
+    (void)state;
+    for (size_t si = 0; si < 4; si++) {
+        fa2_device_info_t d = device(smem[si]);
+        for (int64_t hd = 8; hd <= 256; hd += 8) {
+            for (size_t ti = 0; ti < 2; ti++) {
+                for (size_t li = 0; li < 5; li++) {
+                    fa2_problem_t p;
+                    fa2_plan_t pl, poison;
+                    const tile_t *t = tile_of(bucket_of(hd));
+                    fa2_status_t s;
+                    int fits;
+                    fa2_problem_init(&p, dtypes[ti], 3, seqlens[li], 77, 6, 2, hd);
+                    memset(&pl, 0xAB, sizeof pl);
+                    poison = pl;
+                    s = fa2_plan(&p, &d, &pl);
+                    fits = fa2_fwd_smem_bytes(t->bucket, t->br, t->bc) <= smem[si];
+                    if (s != (fits ? FA2_SUCCESS : FA2_ERROR_SHARED_MEMORY)) {
+                        print_error("M=%lld bytes d=%lld: status %d (%s)\n",
+                                    (long long)smem[si], (long long)hd, (int)s,
+                                    fa2_last_error());
+                        fail();
+                    }
+                    if (s == FA2_SUCCESS) {
+                        check_plan(&p, &d, &pl);
+                        accepted++;
+                    } else {
+                        assert_non_null(strstr(fa2_last_error(), "needs"));
+                        assert_memory_equal(&pl, &poison, sizeof pl);
+                        rejected++;
+                    }
+                }
+            }
+        }
+    }
+    /* Both branches ran: the sweep is not vacuous. */
+    assert_true(accepted > 0);
+    assert_true(rejected > 0);
+    /* Every head dim runs at 227 KiB (H100/H200 opt-in). */
+    for (int64_t hd = 8; hd <= 256; hd += 8) {
+        const tile_t *t = tile_of(bucket_of(hd));
+        assert_true(fa2_fwd_smem_bytes(t->bucket, t->br, t->bc) <= 227 * 1024);
+    }
+}
+
+/* The H200 (cc 9.0, 132 SMs, 232448 bytes opt-in) gets a plan for every bucket and
+ * dtype; the seed values of docs/planning.md's worked example. */
+static void test_h200_every_bucket(void **state)
+{
+    fa2_device_info_t d = device(232448);
+    (void)state;
+    d.smem_per_sm = 233472;
+    for (size_t i = 0; i < sizeof buckets / sizeof buckets[0]; i++) {
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            fa2_problem_t p;
+            fa2_plan_t pl;
+            fa2_problem_init(&p, bf16 ? FA2_DTYPE_BF16 : FA2_DTYPE_FP16, 4, 4096, 4096, 16,
+                             16, buckets[i]);
+            assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+            check_plan(&p, &d, &pl);
+            assert_int_equal(pl.grid_blocks, 4 * 16 * ((4096 + pl.block_m - 1) / pl.block_m));
+        }
+    }
+}
+
+static fa2_plan_t h200_plan(int64_t head_dim)
+{
+    fa2_device_info_t d = device(232448);
+    fa2_problem_t p;
+    fa2_plan_t pl;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1024, 1024, 1, 1, head_dim);
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    return pl;
+}
+
+/* docs/planning.md's H200 numbers: M = 232448 / 2 = 116224 elements. */
+static void test_h200_worked_example(void **state)
+{
+    fa2_plan_t pl;
+    (void)state;
+    pl = h200_plan(64); /* 116224 / 256 = 454 exactly */
+    assert_int_equal(pl.sram_elements, 116224);
+    assert_int_equal(pl.seed_br, 454);
+    assert_int_equal(pl.seed_bc, 64);
+    assert_int_equal(pl.block_n_rule, pl.block_n == 64 ? FA2_RULE_HEAD_DIM
+                                                       : FA2_RULE_KERNEL_TILE);
+    pl = h200_plan(128); /* 116224 / 512 = 227 exactly */
+    assert_int_equal(pl.seed_br, 227);
+    assert_int_equal(pl.seed_bc, 128);
+    pl = h200_plan(256); /* 116224 / 1024 = 113.5 */
+    assert_int_equal(pl.seed_br, 114);
+    assert_int_equal(pl.seed_bc, 114);
+    /* The seed's 4 B x d model allows 112 rows; the kernel's 128 rows still fit. */
+    assert_int_equal(pl.block_m_rule, pl.block_m == 112 ? FA2_RULE_MMA_MULTIPLE
+                                                        : FA2_RULE_KERNEL_TILE);
+}
+
+/* Each rule value is reachable, with a device sized to make it so. */
+static void test_rules(void **state)
+{
+    fa2_problem_t p;
+    fa2_plan_t pl;
+    const tile_t *t = tile_of(128);
+    fa2_device_info_t d;
+    (void)state;
+    fa2_problem_init(&p, FA2_DTYPE_FP16, 1, 64, 64, 1, 1, 128);
+
+    /* seed_br == Br exactly: M = 4 d Br elements. */
+    d = device(4 * 128 * t->br * 2);
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.seed_br, t->br);
+    assert_int_equal(pl.block_m_rule, FA2_RULE_SEED_SRAM);
+
+    /* seed_br one above Br: rounding down to 16 gives Br. */
+    d = device((4 * 128 * t->br + 1) * 2);
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.seed_br, t->br + 1);
+    assert_int_equal(pl.block_m_rule, FA2_RULE_MMA_MULTIPLE);
+
+    /* Plenty of memory: the compiled tile caps both sides. */
+    d = device(232448);
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.block_m_rule, FA2_RULE_KERNEL_TILE);
+    assert_int_equal(pl.block_n_rule, FA2_RULE_KERNEL_TILE);
+
+    /* Bc = min(seed, d) = d: at d = 64 with a 64-row compiled Bc. */
+    if (tile_of(64)->bc == 64) {
+        fa2_problem_init(&p, FA2_DTYPE_FP16, 1, 64, 64, 1, 1, 64);
+        assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+        assert_int_equal(pl.seed_bc, 64);
+        assert_int_equal(pl.block_n_rule, FA2_RULE_HEAD_DIM);
+    }
+}
+
+/* Head dims between buckets run in the next one up; the scale uses the real d. */
+static void test_bucket_mapping_and_scale(void **state)
+{
+    static const int64_t d_in[] = {8, 32, 40, 64, 72, 96, 104, 128, 136, 192, 200, 256};
+    static const int64_t d_out[] = {32, 32, 64, 64, 96, 96, 128, 128, 192, 192, 256, 256};
+    fa2_device_info_t d = device(232448);
+    (void)state;
+    for (size_t i = 0; i < sizeof d_in / sizeof d_in[0]; i++) {
+        fa2_problem_t p;
+        fa2_plan_t pl;
+        fa2_problem_init(&p, FA2_DTYPE_FP16, 1, 1, 1, 1, 1, d_in[i]);
+        assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+        assert_int_equal(pl.head_dim_bucket, d_out[i]);
+        assert_int_equal(pl.problem.head_dim, d_in[i]);
+        assert_true(pl.problem.softmax_scale == 1.0f / sqrtf((float)d_in[i]));
+        p.softmax_scale = 0.25f;
+        assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+        assert_true(pl.problem.softmax_scale == 0.25f);
+    }
+}
+
+/* Grid size for lengths around the tile edge, and a big batch x heads product. */
+static void test_grid(void **state)
+{
+    static const int64_t lens[] = {1, 127, 128, 129, 255, 256, 1000, 2147483647};
+    fa2_device_info_t d = device(232448);
+    (void)state;
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        fa2_problem_t p;
+        fa2_plan_t pl;
+        int64_t br;
+        fa2_problem_init(&p, FA2_DTYPE_BF16, 5, lens[i], 3, 6, 3, 64);
+        assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+        br = pl.block_m;
+        assert_int_equal(pl.grid_blocks, 5 * 6 * ((lens[i] + br - 1) / br));
+        check_plan(&p, &d, &pl);
+    }
+}
+
+/* Plan options are copied unchanged (causal, windows, strides, dtype). */
+static void test_problem_copied(void **state)
+{
+    fa2_device_info_t d = device(232448);
+    fa2_problem_t p;
+    fa2_plan_t pl;
+    (void)state;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 2, 33, 65, 8, 4, 96);
+    p.causal = 1;
+    p.window_left = 16;
+    p.window_right = 0;
+    p.softmax_scale = 0.125f;
+    p.k_batch_stride = 0;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_memory_equal(&pl.problem, &p, sizeof p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tile_table),
+        cmocka_unit_test(test_properties_sweep),
+        cmocka_unit_test(test_h200_every_bucket),
+        cmocka_unit_test(test_h200_worked_example),
+        cmocka_unit_test(test_rules),
+        cmocka_unit_test(test_bucket_mapping_and_scale),
+        cmocka_unit_test(test_grid),
+        cmocka_unit_test(test_problem_copied),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -10,6 +10,8 @@
 #   FA2_BENCH_ARGS   extra fa2_bench arguments, e.g. "--seqlen 8192 --head-dim 128"
 #   FA2_SKIP_BENCH=1 skip fa2_bench
 #   FA2_CTEST_ARGS   extra ctest arguments, e.g. "-L gpu" or "-R forward"
+#   FA2_SDPA=1       also run bench/sdpa_compare.py (PyTorch SDPA side by side);
+#   FA2_SDPA_ARGS    its extra arguments, e.g. "--quick"
 # Every step runs even if an earlier one failed; the exit status is non-zero if any
 # step failed.
 set -uo pipefail
@@ -67,6 +69,13 @@ if [ "${FA2_SKIP_BENCH:-0}" != 1 ]; then
     run_step bench "$OUT/bench.log" "$BUILD/bench/fa2_bench" --csv "$OUT/bench.csv" ${FA2_BENCH_ARGS:-}
 fi
 
+if [ "${FA2_SDPA:-0}" = 1 ]; then
+    : >"$OUT/sdpa.log"
+    # shellcheck disable=SC2086
+    run_step sdpa "$OUT/sdpa.log" python3 bench/sdpa_compare.py --lib "$BUILD/libfa2.so" \
+        --csv "$OUT/sdpa.csv" ${FA2_SDPA_ARGS:-}
+fi
+
 # ---- summary (last, so the device tool's output tail holds it) -----------------------
 {
     echo
@@ -75,7 +84,7 @@ fi
     echo "gpu:    $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
     echo "nvcc:   $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo 'unknown (no .git)')"
-    echo "args:   FA2_CTEST_ARGS='${FA2_CTEST_ARGS:-}' FA2_BENCH_ARGS='${FA2_BENCH_ARGS:-}' FA2_SKIP_BENCH='${FA2_SKIP_BENCH:-0}'"
+    echo "args:   FA2_CTEST_ARGS='${FA2_CTEST_ARGS:-}' FA2_BENCH_ARGS='${FA2_BENCH_ARGS:-}' FA2_SKIP_BENCH='${FA2_SKIP_BENCH:-0}' FA2_SDPA='${FA2_SDPA:-0}'"
     echo "build:  $build_time"
     if grep -q 'tests failed out of' "$OUT/ctest.log" 2>/dev/null; then
         total=$(grep -o 'out of [0-9]*' "$OUT/ctest.log" | tail -1 | grep -o '[0-9]*')
@@ -101,6 +110,7 @@ fi
     else
         echo "bench:  no results (see bench.log)"
     fi
+    [ "${FA2_SDPA:-0}" = 1 ] && echo "sdpa:   see sdpa.log / sdpa.csv"
     echo "total:  $(( $(date +%s) - started )) s"
     if [ ${#failed[@]} -eq 0 ]; then
         echo "RESULT: all steps ok"

@@ -20,12 +20,12 @@ fa2_status_t fa2_fail(fa2_status_t s, const char *fmt, ...) FA2_PRINTF(2, 3);
  * returns a fa2_status_t. */
 void fa2_clear_error(void);
 
-/* Size of the first public version of each extensible struct: the smallest
- * struct_size a caller may pass. Grows never; sizeof() grows with new fields. */
-#define FA2_PROBLEM_V1_SIZE \
-    (offsetof(fa2_problem_t, o_head_stride) + sizeof(int64_t))
-#define FA2_DEVICE_INFO_V1_SIZE \
-    (offsetof(fa2_device_info_t, smem_per_sm) + sizeof(int64_t))
+/* Smallest struct_size a caller may pass: the size of the first released layout.
+ * Until a release freezes that layout it is the current one, so today only
+ * struct_size == sizeof() is accepted. Once frozen, write it as offsetof(last v1
+ * field) + its size, and let validation read no field beyond struct_size. */
+#define FA2_PROBLEM_V1_SIZE sizeof(fa2_problem_t)
+#define FA2_DEVICE_INFO_V1_SIZE sizeof(fa2_device_info_t)
 
 /* One row of kernels/fwd_tiles.h. */
 typedef struct fa2_fwd_tile_t {

@@ -46,12 +46,12 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b)
     return {m, a.l * __expf(a.m - m) + b.l * __expf(b.m - m)};
 }
 
-constexpr int kSoftmaxThreads = 256;
+constexpr int kSoftmaxMaxThreads = 256; // fewer for short rows: one element group each
 constexpr int kVec = 8; // 8 x 16-bit = one 16-byte load
 
-// One block per row. Two passes over the row: (max, sum) online, then P = exp(s-m)/l.
+// One block per row (blockDim.x a multiple of 32, <= 256). Two passes over the row: (max, sum) online, then P = exp(s-m)/l.
 template <typename T, bool kVectorized>
-__global__ void __launch_bounds__(kSoftmaxThreads)
+__global__ void __launch_bounds__(kSoftmaxMaxThreads)
 softmax_rows_kernel(const T *s, T *p, int64_t seqlen_q, int64_t seqlen_k, int causal)
 {
     const int64_t row = blockIdx.x;
@@ -64,7 +64,8 @@ softmax_rows_kernel(const T *s, T *p, int64_t seqlen_q, int64_t seqlen_k, int ca
 
     MaxSum acc = {-INFINITY, 0.0f};
     constexpr int step = kVectorized ? kVec : 1;
-    for (int64_t j0 = threadIdx.x * step; j0 <= last; j0 += kSoftmaxThreads * step) {
+    const int64_t stride = (int64_t)blockDim.x * step;
+    for (int64_t j0 = threadIdx.x * step; j0 <= last; j0 += stride) {
         T v[kVec];
         if (kVectorized) *reinterpret_cast<uint4 *>(v) = *reinterpret_cast<const uint4 *>(s_row + j0);
         else v[0] = s_row[j0];
@@ -82,15 +83,15 @@ softmax_rows_kernel(const T *s, T *p, int64_t seqlen_q, int64_t seqlen_k, int ca
                         __shfl_xor_sync(0xffffffffu, acc.l, offset)};
         acc = merge(acc, other);
     }
-    __shared__ MaxSum warp_acc[kSoftmaxThreads / 32];
+    __shared__ MaxSum warp_acc[kSoftmaxMaxThreads / 32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) warp_acc[warp] = acc;
     __syncthreads();
     acc = warp_acc[0];
-    for (int w = 1; w < kSoftmaxThreads / 32; ++w) acc = merge(acc, warp_acc[w]);
+    for (int w = 1; w < (int)blockDim.x / 32; ++w) acc = merge(acc, warp_acc[w]);
     const float inv_l = acc.l > 0.0f ? 1.0f / acc.l : 0.0f;
 
-    for (int64_t j0 = threadIdx.x * step; j0 < seqlen_k; j0 += kSoftmaxThreads * step) {
+    for (int64_t j0 = threadIdx.x * step; j0 < seqlen_k; j0 += stride) {
         T v[kVec];
         if (kVectorized) *reinterpret_cast<uint4 *>(v) = *reinterpret_cast<const uint4 *>(s_row + j0);
         else v[0] = s_row[j0];
@@ -136,11 +137,16 @@ cudaError_t softmax_rows(const void *s, void *p, int64_t heads, int64_t seqlen_q
 {
     const int64_t rows = heads * seqlen_q;
     if (rows > 0x7fffffff) return cudaErrorInvalidValue;
-    if (seqlen_k % kVec == 0)
-        softmax_rows_kernel<T, true><<<(unsigned)rows, kSoftmaxThreads, 0, stream>>>(
+    const bool vectorized = seqlen_k % kVec == 0;
+    // One 8-element group (or element) per thread per pass where the row allows.
+    const int64_t groups = vectorized ? seqlen_k / kVec : seqlen_k;
+    int64_t threads = (groups + 31) / 32 * 32;
+    if (threads > kSoftmaxMaxThreads) threads = kSoftmaxMaxThreads;
+    if (vectorized)
+        softmax_rows_kernel<T, true><<<(unsigned)rows, (unsigned)threads, 0, stream>>>(
             (const T *)s, (T *)p, seqlen_q, seqlen_k, causal);
     else
-        softmax_rows_kernel<T, false><<<(unsigned)rows, kSoftmaxThreads, 0, stream>>>(
+        softmax_rows_kernel<T, false><<<(unsigned)rows, (unsigned)threads, 0, stream>>>(
             (const T *)s, (T *)p, seqlen_q, seqlen_k, causal);
     return cudaGetLastError();
 }

@@ -70,9 +70,17 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
     out.block_n_rule = pick_rule(out.seed_bc, seed, tile.block_n);
     out.head_dim_bucket = tile.head_dim_bucket;
     out.warps = tile.warps;
-    /* Fits: batch * heads_q * seqlen_q was checked against int64 by validation. */
+    /* Fits in int64: batch * heads_q * seqlen_q was checked by validation. The kernel
+     * runs a 1-D grid, whose x dimension holds at most 2^31 - 1 blocks. */
     out.grid_blocks = problem->batch * problem->heads_q *
                       ceil_div(problem->seqlen_q, tile.block_m);
+    if (out.grid_blocks > INT32_MAX)
+        return fa2_fail(FA2_ERROR_INVALID_SIZE,
+                        "batch=%lld * heads_q=%lld * ceil(seqlen_q=%lld / %d) = %lld thread "
+                        "blocks exceed the CUDA grid limit 2147483647",
+                        (long long)problem->batch, (long long)problem->heads_q,
+                        (long long)problem->seqlen_q, (int)tile.block_m,
+                        (long long)out.grid_blocks);
     out.smem_bytes = fa2_fwd_smem_bytes(tile.head_dim_bucket, tile.block_m, tile.block_n);
     out.workspace_bytes = 0;
 

@@ -390,11 +390,42 @@ static void test_overflow_lse(void **state)
         if (strstr(strides[i].name, "head_stride") == NULL)
             set_i64(&p, strides[i].offset, 0);
     p.q_head_stride = p.o_head_stride = 0;
-    EXPECT_OK(&p, &d); /* 2^60 values, 2^62 bytes */
+    /* 2^60 values, 2^62 bytes: the LSE fits (the grid then does not). */
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "grid limit", NULL);
     p.seqlen_q = INT64_C(1) << 21;
     EXPECT_FAIL(&p, &d, FA2_ERROR_SIZE_OVERFLOW, "lse", "seqlen_q=2097152");
     p.batch = p.heads_q = p.seqlen_q = I32MAX;
     EXPECT_FAIL(&p, &d, FA2_ERROR_SIZE_OVERFLOW, "lse", "batch=2147483647");
+}
+
+/* The kernel's 1-D grid holds at most 2^31 - 1 blocks: refused at plan time rather
+ * than as a launch error. Zero strides keep the tensors themselves small. */
+static void test_grid_limit(void **state)
+{
+    fa2_problem_t p;
+    fa2_device_info_t d = h200();
+    int64_t br = 0;
+    (void)state;
+#define X(b, bm, bn, w)                                                                \
+    if ((b) == 64)                                                                     \
+        br = (bm);
+    FA2_FWD_TILES(X)
+#undef X
+    assert_true(br > 0);
+    fa2_problem_init(&p, FA2_DTYPE_FP16, 65536, br * 32768, 16, 1, 1, 64);
+    for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++)
+        if (strstr(strides[i].name, "head_stride") == NULL)
+            set_i64(&p, strides[i].offset, 0);
+    p.batch = 65535; /* 65535 * 32768 blocks: fits */
+    EXPECT_OK(&p, &d);
+    p.batch = 65536; /* 2^31 blocks */
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "= 2147483648 thread blocks",
+                "grid limit");
+    p.batch = I32MAX; /* exactly 2^31 - 1 blocks of one query block each */
+    p.seqlen_q = br;
+    EXPECT_OK(&p, &d);
+    p.seqlen_q = br + 1; /* two query blocks per (batch, head) */
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "= 4294967294 thread blocks", "grid limit");
 }
 
 /* ---- mask options -------------------------------------------------------------------- */
@@ -637,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_overflow_seq_stride),
         cmocka_unit_test(test_overflow_exact_edge),
         cmocka_unit_test(test_overflow_lse),
+        cmocka_unit_test(test_grid_limit),
         cmocka_unit_test(test_causal_value),
         cmocka_unit_test(test_window_left),
         cmocka_unit_test(test_window_right),

@@ -139,10 +139,13 @@ typedef struct fa2_problem_t {
     int64_t k_batch_stride, k_seq_stride, k_head_stride;
     int64_t v_batch_stride, v_seq_stride, v_head_stride;
     int64_t o_batch_stride, o_seq_stride, o_head_stride;
+    int32_t deterministic;   /* 0 or 1: backward bit-identical run to run (see fa2_backward) */
+    int32_t reserved1;       /* zero */
 } fa2_problem_t;
 
 /* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
- * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1. Does not validate: that is
+ * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1, deterministic = 0.
+ * Does not validate: that is
  * fa2_plan's job. A NULL `problem` is a harmless no-op. */
 FA2_API void fa2_problem_init(fa2_problem_t *problem, fa2_dtype_t dtype, int64_t batch,
                               int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
@@ -173,6 +176,15 @@ typedef struct fa2_plan_t {
     int64_t grid_blocks;         /* thread blocks: batch * heads_q * ceil(seqlen_q/Br) */
     int64_t smem_bytes;          /* dynamic shared memory per block */
     int64_t workspace_bytes;     /* caller-provided scratch fa2_forward needs (0 today) */
+    /* backward (fa2_backward) */
+    int32_t bwd_block_n;         /* keys per thread block of the dK/dV kernel */
+    int32_t bwd_block_m;         /* queries per inner step of the dK/dV kernel */
+    int32_t bwd_dq_block_m;      /* queries per thread block of the dQ kernel */
+    int32_t bwd_dq_block_n;      /* keys per inner step of the dQ kernel */
+    int64_t bwd_smem_bytes;      /* dynamic shared memory per block, larger of the two */
+    int64_t bwd_workspace_bytes; /* caller-provided scratch fa2_backward needs */
+    int32_t bwd_supported;       /* 1: fa2_backward can run this plan; 0: see fa2_backward */
+    int32_t reserved2;           /* zero */
 } fa2_plan_t;
 
 /* Validates `problem` against `device` and chooses the kernel and its tiles.
@@ -198,6 +210,25 @@ FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_inf
 FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                                  const void *v, void *o, float *lse, void *workspace,
                                  size_t workspace_bytes, void *stream);
+
+/* Runs the backward pass of fa2_forward on `stream`, asynchronously: given Q, K, V,
+ * the forward's output O and its LSE (lse must not be NULL: run the forward with an
+ * LSE buffer), and dO = dLoss/dO, writes dQ, dK, dV. Strides: dO as O, dQ as Q, dK as
+ * K, dV as V (plan->problem); all 16-byte aligned. With GQA/MQA, dK and dV are
+ * summed over the query heads that share a K/V head. `workspace` must hold
+ * plan->bwd_workspace_bytes bytes of device memory (16-byte aligned; contents need
+ * not be initialised, they are scratch until the work on `stream` completes).
+ * Every supported problem gives bit-identical results run to run today (no atomics);
+ * `deterministic` = 1 asks for that guarantee to hold in future releases too.
+ * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_MISALIGNED,
+ * FA2_ERROR_WORKSPACE, FA2_ERROR_SHARED_MEMORY (plan->bwd_supported = 0: the backward
+ * tiles do not fit the device the plan was made for), FA2_ERROR_INVALID_SIZE (the
+ * backward grid exceeds 2^31-1 blocks), FA2_ERROR_CUDA. Nothing is written on
+ * failure. */
+FA2_API fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
+                                  const void *v, const void *o, const void *d_o,
+                                  const float *lse, void *dq, void *dk, void *dv,
+                                  void *workspace, size_t workspace_bytes, void *stream);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,14 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool 
                  "r"(src_bytes));
 }
 
+// 4-byte global → shared copy (needs only 4-byte alignment); zero-fill when !valid.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, bool valid)
+{
+    const int src_bytes = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);

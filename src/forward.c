@@ -1,13 +1,14 @@
 /* fa2_forward: check the call against its plan, fill the kernel parameters, launch.
  * Every check comes before the launch: a failed call writes nothing. */
 #include <inttypes.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
 #include "fwd_params.h"
 #include "internal.h"
 
-static fa2_status_t check_align(const char *name, const void *ptr, uintptr_t align)
+fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align)
 {
     if ((uintptr_t)ptr % align != 0)
         return fa2_fail(FA2_ERROR_MISALIGNED, "%s=%p is not %u-byte aligned", name, ptr,
@@ -15,12 +16,48 @@ static fa2_status_t check_align(const char *name, const void *ptr, uintptr_t ali
     return FA2_SUCCESS;
 }
 
+void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k,
+                         const void *v, void *o, float *lse, fa2_fwd_params_t *p)
+{
+    /* plan->problem was validated by fa2_plan: every size fits in int32. */
+    const fa2_problem_t *pr = &plan->problem;
+    memset(p, 0, sizeof(*p));
+    p->q = q;
+    p->k = k;
+    p->v = v;
+    p->o = o;
+    p->lse = lse;
+    p->q_batch_stride = pr->q_batch_stride;
+    p->q_seq_stride = pr->q_seq_stride;
+    p->q_head_stride = pr->q_head_stride;
+    p->k_batch_stride = pr->k_batch_stride;
+    p->k_seq_stride = pr->k_seq_stride;
+    p->k_head_stride = pr->k_head_stride;
+    p->v_batch_stride = pr->v_batch_stride;
+    p->v_seq_stride = pr->v_seq_stride;
+    p->v_head_stride = pr->v_head_stride;
+    p->o_batch_stride = pr->o_batch_stride;
+    p->o_seq_stride = pr->o_seq_stride;
+    p->o_head_stride = pr->o_head_stride;
+    p->batch = (int32_t)pr->batch;
+    p->heads_q = (int32_t)pr->heads_q;
+    p->heads_kv = (int32_t)pr->heads_kv;
+    p->seqlen_q = (int32_t)pr->seqlen_q;
+    p->seqlen_k = (int32_t)pr->seqlen_k;
+    p->head_dim = (int32_t)pr->head_dim;
+    p->head_dim_bucket = plan->head_dim_bucket;
+    p->is_bf16 = pr->dtype == FA2_DTYPE_BF16;
+    p->window_left = (int32_t)pr->window_left;
+    p->window_right = pr->causal ? 0 : (int32_t)pr->window_right;
+    p->softmax_scale = pr->softmax_scale;
+    p->scale_log2 = pr->softmax_scale * 1.4426950408889634f; /* log2(e) */
+}
+
 fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                          const void *v, void *o, float *lse, void *workspace,
                          size_t workspace_bytes, void *stream)
 {
-    const fa2_problem_t *pr;
-    fa2_fwd_params_t p = {0};
+    fa2_fwd_params_t p;
     fa2_status_t s;
     int e;
 
@@ -39,9 +76,9 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
         return fa2_fail(FA2_ERROR_STRUCT_SIZE,
                         "plan->struct_size=%zu, expected %zu (make the plan with fa2_plan)",
                         plan->struct_size, sizeof(fa2_plan_t));
-    if ((s = check_align("q", q, 16)) || (s = check_align("k", k, 16)) ||
-        (s = check_align("v", v, 16)) || (s = check_align("o", o, 16)) ||
-        (s = check_align("lse", lse, 4)))
+    if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
+        (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
+        (s = fa2_check_align("lse", lse, 4)))
         return s;
     if (plan->workspace_bytes < 0 || (uint64_t)workspace_bytes < (uint64_t)plan->workspace_bytes)
         return fa2_fail(FA2_ERROR_WORKSPACE,
@@ -51,38 +88,7 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
         return fa2_fail(FA2_ERROR_WORKSPACE, "workspace is NULL, the plan needs %" PRId64
                         " bytes", plan->workspace_bytes);
 
-    /* plan->problem was validated by fa2_plan: every size fits in int32. */
-    pr = &plan->problem;
-    p.q = q;
-    p.k = k;
-    p.v = v;
-    p.o = o;
-    p.lse = lse;
-    p.q_batch_stride = pr->q_batch_stride;
-    p.q_seq_stride = pr->q_seq_stride;
-    p.q_head_stride = pr->q_head_stride;
-    p.k_batch_stride = pr->k_batch_stride;
-    p.k_seq_stride = pr->k_seq_stride;
-    p.k_head_stride = pr->k_head_stride;
-    p.v_batch_stride = pr->v_batch_stride;
-    p.v_seq_stride = pr->v_seq_stride;
-    p.v_head_stride = pr->v_head_stride;
-    p.o_batch_stride = pr->o_batch_stride;
-    p.o_seq_stride = pr->o_seq_stride;
-    p.o_head_stride = pr->o_head_stride;
-    p.batch = (int32_t)pr->batch;
-    p.heads_q = (int32_t)pr->heads_q;
-    p.heads_kv = (int32_t)pr->heads_kv;
-    p.seqlen_q = (int32_t)pr->seqlen_q;
-    p.seqlen_k = (int32_t)pr->seqlen_k;
-    p.head_dim = (int32_t)pr->head_dim;
-    p.head_dim_bucket = plan->head_dim_bucket;
-    p.is_bf16 = pr->dtype == FA2_DTYPE_BF16;
-    p.window_left = (int32_t)pr->window_left;
-    p.window_right = pr->causal ? 0 : (int32_t)pr->window_right;
-    p.softmax_scale = pr->softmax_scale;
-    p.scale_log2 = pr->softmax_scale * 1.4426950408889634f; /* log2(e) */
-
+    fa2_fill_fwd_params(plan, q, k, v, o, lse, &p);
     e = fa2_fwd_launch(&p, stream);
     if (e != 0)
         return fa2_fail(FA2_ERROR_CUDA, "forward kernel launch (head_dim=%d, %s): %s",

@@ -47,6 +47,14 @@ int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile);
 fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,
                                   const fa2_device_info_t *device);
 
+/* FA2_SUCCESS, or FA2_ERROR_MISALIGNED naming `name` when ptr % align != 0. */
+fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align);
+
+/* The forward kernel parameters of a validated plan and its tensors. */
+struct fa2_fwd_params_t;
+void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,
+                         void *o, float *lse, struct fa2_fwd_params_t *p);
+
 /* Checked int64 arithmetic for non-negative operands: *out = a*b (a+b); returns 0
  * instead of overflowing, leaving *out untouched. */
 static inline int fa2_mul_i64(int64_t a, int64_t b, int64_t *out)

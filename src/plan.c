@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bwd_tiles.h"
 #include "fwd_tiles.h"
 #include "internal.h"
 
@@ -29,6 +30,38 @@ static int32_t pick_rule(int64_t seed, int64_t uncapped, int64_t kernel)
     if (seed < uncapped)
         return FA2_RULE_HEAD_DIM;
     return FA2_RULE_SEED_SRAM;
+}
+
+/* The backward's tiles for `bucket`, its shared memory and workspace (D = rowsum(dO ∘
+ * O), fp32 [batch, heads_q, seqlen_q]). bwd_supported stays 0 when the tiles do not
+ * fit the device or a grid exceeds 2^31 - 1 blocks; fa2_backward then says which. */
+static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *device,
+                          int64_t bucket, fa2_plan_t *out)
+{
+    const int64_t cols = fa2_fwd_smem_cols(bucket);
+    int64_t dkdv = 0, dq = 0, dkdv_grid = 0, dq_grid = 0, slices = 1;
+#define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw)                 \
+    if (bucket == d) {                                              \
+        out->bwd_block_n = bn;                                      \
+        out->bwd_block_m = bm;                                      \
+        out->bwd_dq_block_m = qbm;                                  \
+        out->bwd_dq_block_n = qbn;                                  \
+        slices = sl;                                                \
+        dkdv = fa2_bwd_dkdv_smem_bytes(cols, bn, bm);               \
+        dq = fa2_bwd_dq_smem_bytes(cols, qbm, qbn);                 \
+    }
+    FA2_BWD_TILES(FA2_BWD_ROW)
+#undef FA2_BWD_ROW
+    out->bwd_smem_bytes = dkdv > dq ? dkdv : dq;
+    /* batch * heads_q * seqlen_q fits in int64 (validation); the products below are
+     * bounded by it times 4 / block sizes. */
+    out->bwd_workspace_bytes = pr->batch * pr->heads_q * pr->seqlen_q * 4;
+    if (out->bwd_block_n > 0) {
+        dkdv_grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
+        dq_grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
+    }
+    out->bwd_supported = out->bwd_block_n > 0 && out->bwd_smem_bytes <= device->smem_per_block_optin &&
+                         dkdv_grid <= INT32_MAX && dq_grid <= INT32_MAX;
 }
 
 fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,
@@ -83,6 +116,7 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
                         (long long)out.grid_blocks);
     out.smem_bytes = fa2_fwd_smem_bytes(tile.head_dim_bucket, tile.block_m, tile.block_n);
     out.workspace_bytes = 0;
+    plan_backward(problem, device, tile.head_dim_bucket, &out);
 
     *plan = out;
     return FA2_SUCCESS;

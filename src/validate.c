@@ -148,6 +148,9 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
                         " float32 values overflow int64 bytes",
                         p->batch, p->heads_q, p->seqlen_q);
 
+    if (p->deterministic != 0 && p->deterministic != 1)
+        return fa2_fail(FA2_ERROR_INVALID_SIZE, "deterministic=%d is not 0 or 1",
+                        (int)p->deterministic);
     if (p->causal != 0 && p->causal != 1)
         return fa2_fail(FA2_ERROR_BAD_WINDOW, "causal=%d is not 0 or 1", (int)p->causal);
     if (p->window_left < -1 || p->window_left > INT32_MAX)

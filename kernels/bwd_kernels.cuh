@@ -1,0 +1,385 @@
+// The backward pass (FlashAttention-2 Algorithm 2) as three kernels, none with
+// atomics, so results are bit-identical run to run:
+//   dot_do_o:  D = rowsum(dO ∘ O), fp32, one warp per query row;
+//   dkdv:      one block per (batch, kv head, key tile, column slice); loops over the
+//              query heads of the GQA group and the query tiles that see the keys,
+//              recomputes Sᵀ = K Qᵀ and Pᵀ = exp(scale·Sᵀ − LSE), dPᵀ = V dOᵀ,
+//              dSᵀ = Pᵀ ∘ (dPᵀ − D), and accumulates dV += Pᵀ dO, dK += dSᵀ Q in
+//              registers (keys as rows, so Pᵀ and dSᵀ are the A operand as computed);
+//   dq:        one block per (batch, head, query tile); recomputes S, P, dP, dS over
+//              the visible key tiles and accumulates dQ += dS K in registers.
+// Costs 7 GEMMs against the 5 of an atomic dQ; see docs/performance.md.
+#pragma once
+
+#include <stdint.h>
+
+#include "bwd_params.h"
+#include "bwd_traits.cuh"
+#include "fwd_mask.cuh"
+#include "ptx.cuh"
+#include "warp_gemm.cuh"
+
+namespace fa2 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename Elem>
+__device__ __forceinline__ float dot8(uint4 a, uint4 b);
+
+template <>
+__device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 a, uint4 b)
+{
+    const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(&a);
+    const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(&b);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 fx = __bfloat1622float2(x[i]), fy = __bfloat1622float2(y[i]);
+        s = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, s));
+    }
+    return s;
+}
+
+template <>
+__device__ __forceinline__ float dot8<__half>(uint4 a, uint4 b)
+{
+    const __half2 *x = reinterpret_cast<const __half2 *>(&a);
+    const __half2 *y = reinterpret_cast<const __half2 *>(&b);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 fx = __half22float2(x[i]), fy = __half22float2(y[i]);
+        s = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, s));
+    }
+    return s;
+}
+
+constexpr int kDotWarps = 8;
+
+// D[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]; one warp per row, a 16-byte
+// chunk per lane (head_dim <= 256 = 32 chunks).
+template <typename Elem>
+__global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_params_t p)
+{
+    const fa2_fwd_params_t &f = p.fwd;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kDotWarps + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+    if (row >= rows) return;
+    const int i = static_cast<int>(row % f.seqlen_q);
+    const int head = static_cast<int>((row / f.seqlen_q) % f.heads_q);
+    const int batch = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+    const int64_t offset = batch * f.o_batch_stride + head * f.o_head_stride + i * f.o_seq_stride;
+    float s = 0.f;
+    if (lane * 8 < f.head_dim) {
+        const uint4 o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(f.o) + offset + lane * 8);
+        const uint4 d_o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(p.d_o) + offset + lane * 8);
+        s = dot8<Elem>(o, d_o);
+    }
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
+    if (lane == 0) p.d_sum[row] = s;
+}
+
+// Query rows [lo, hi] that can see some key of [key_first, key_last] (hi < lo: none).
+__device__ __forceinline__ void query_range(const KeyWindow &w, int seqlen_q, int key_first,
+                                            int key_last, int &lo, int &hi)
+{
+    lo = w.window_right >= 0 ? max(0, key_first - w.offset - w.window_right) : 0;
+    hi = w.window_left >= 0 ? min(seqlen_q - 1, key_last - w.offset + w.window_left)
+                            : seqlen_q - 1;
+}
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_params_t p)
+{
+    using Elem = typename Tr::Elem;
+    constexpr int kM = Tr::kMTiles;
+    constexpr int kN = Tr::kBlockM / 8;      // n8 tiles of Sᵀ (queries)
+    constexpr int kD = Tr::kSliceDim / 8;    // n8 tiles of the dK/dV slice
+    extern __shared__ __align__(128) uint8_t smem[];
+    const fa2_fwd_params_t &f = p.fwd;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+
+    const int n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+    int idx = blockIdx.x;
+    const int slice = idx % Tr::kSlices;
+    idx /= Tr::kSlices;
+    const int n_block = idx % n_blocks;
+    idx /= n_blocks;
+    const int kv_head = idx % f.heads_kv;
+    const int batch = idx / f.heads_kv;
+    const int group = f.heads_q / f.heads_kv;
+
+    const int key_first = n_block * Tr::kBlockN;
+    const int key_last = min(key_first + Tr::kBlockN, f.seqlen_k) - 1;
+    const KeyWindow win{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
+    int q_lo, q_hi;
+    query_range(win, f.seqlen_q, key_first, key_last, q_lo, q_hi);
+    const int m_first = q_lo / Tr::kBlockM;
+    const int m_count = q_hi >= q_lo ? q_hi / Tr::kBlockM - m_first + 1 : 0;
+    const int steps = m_count * group;  // (query head, query tile) pairs
+
+    const uint32_t k_smem = smem_addr(smem);
+    const uint32_t v_smem = k_smem + Tr::kKVBytes;
+    const uint32_t q_smem[2] = {v_smem + Tr::kKVBytes, v_smem + Tr::kKVBytes + Tr::kQBytes};
+    const uint32_t do_smem[2] = {q_smem[1] + Tr::kQBytes, q_smem[1] + 2 * Tr::kQBytes};
+    float *stats = reinterpret_cast<float *>(smem + 2 * Tr::kKVBytes + 4 * Tr::kQBytes);
+    // stats[buf * 2 * kBlockM + {0: lse, kBlockM: D} + column]
+
+    const Elem *q_base = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride;
+    const Elem *do_base = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride;
+
+    // Loads the Q, dO, LSE and D tiles of step `step` into buffer `buf`.
+    auto load_step = [&](int step, int buf) {
+        const int head = kv_head * group + step / m_count;
+        const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+        const int rows = f.seqlen_q - row0;
+        load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
+            q_smem[buf], q_base + head * f.q_head_stride + row0 * f.q_seq_stride, f.q_seq_stride,
+            rows, f.head_dim, tid);
+        load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
+            do_smem[buf], do_base + head * f.o_head_stride + row0 * f.o_seq_stride,
+            f.o_seq_stride, rows, f.head_dim, tid);
+        const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q + row0;
+        for (int c = tid; c < 2 * Tr::kBlockM; c += Tr::kThreads) {
+            const int col = c % Tr::kBlockM;
+            const float *src = c < Tr::kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
+            cp_async_4(smem_addr(stats + buf * 2 * Tr::kBlockM + c), col < rows ? src : f.lse,
+                       col < rows);
+        }
+    };
+
+    float dv[kM][kD][4], dk[kM][kD][4];
+    zero(dv);
+    zero(dk);
+
+    if (steps > 0) {
+        const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride +
+                        kv_head * f.k_head_stride + key_first * f.k_seq_stride;
+        const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride +
+                        kv_head * f.v_head_stride + key_first * f.v_seq_stride;
+        const int keys = f.seqlen_k - key_first;
+        load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
+            k_smem, k, f.k_seq_stride, keys, f.head_dim, tid);
+        load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
+            v_smem, v, f.v_seq_stride, keys, f.head_dim, tid);
+        load_step(0, 0);
+        cp_async_commit();
+
+        const uint32_t warp_rows = warp * kM * 16 * Tr::kRowBytes;
+        const uint32_t slice_bytes = slice * Tr::kSliceDim * 2;
+        for (int step = 0; step < steps; ++step) {
+            const int buf = step & 1;
+            cp_async_wait<0>();
+            __syncthreads();  // tiles of `step` visible; everyone is done with buf ^ 1
+            if (step + 1 < steps) {
+                load_step(step + 1, buf ^ 1);
+                cp_async_commit();
+            }
+            const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+            const float *lse = stats + buf * 2 * Tr::kBlockM;
+            const float *dsum = lse + Tr::kBlockM;
+
+            // Pᵀ = exp(scale·Sᵀ − LSE): rows are keys, columns queries.
+            float pt[kM][kN][4];
+            zero(pt);
+            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pt, k_smem + warp_rows,
+                                                                    q_smem[buf], lane);
+            const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
+                                win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
+                                                     key_first + Tr::kBlockN - 1);
+#pragma unroll
+            for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        const float x = exp2_approx(fmaf(pt[m][n][e], f.scale_log2, -lse[col] * kLog2e));
+                        const int key = key_first + warp * kM * 16 + m * 16 + (lane >> 2) + 8 * (e >> 1);
+                        pt[m][n][e] = masked && !(row0 + col < f.seqlen_q && win.visible(row0 + col, key))
+                                          ? 0.f : x;
+                    }
+
+            // dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ.
+            float ds[kM][kN][4];
+            zero(ds);
+            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, v_smem + warp_rows,
+                                                                    do_smem[buf], lane);
+#pragma unroll
+            for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        ds[m][n][e] = pt[m][n][e] * (ds[m][n][e] - dsum[col]);
+                    }
+
+            gemm_pb<Elem, Tr::kRowBytes, kM, kD, Tr::kBlockM / 16>(dv, pt, do_smem[buf] + slice_bytes,
+                                                                   lane);
+            gemm_pb<Elem, Tr::kRowBytes, kM, kD, Tr::kBlockM / 16>(dk, ds, q_smem[buf] + slice_bytes,
+                                                                   lane);
+        }
+    }
+
+    // dK = scale · Σ dSᵀ Q, dV = Σ Pᵀ dO; rows past seqlen_k are not written.
+    Elem *dk_out = static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride;
+    Elem *dv_out = static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride;
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int key = key_first + warp * kM * 16 + m * 16 + (lane >> 2) + 8 * h;
+            if (key >= f.seqlen_k) continue;
+#pragma unroll
+            for (int d = 0; d < kD; ++d) {
+                const int col = slice * Tr::kSliceDim + d * 8 + 2 * (lane & 3);
+                if (col >= f.head_dim) continue;
+                *reinterpret_cast<uint32_t *>(dk_out + key * f.k_seq_stride + col) =
+                    pack2<Elem>(dk[m][d][2 * h] * f.softmax_scale, dk[m][d][2 * h + 1] * f.softmax_scale);
+                *reinterpret_cast<uint32_t *>(dv_out + key * f.v_seq_stride + col) =
+                    pack2<Elem>(dv[m][d][2 * h], dv[m][d][2 * h + 1]);
+            }
+        }
+}
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_params_t p)
+{
+    using Elem = typename Tr::Elem;
+    constexpr int kM = Tr::kDqMTiles;
+    constexpr int kN = Tr::kDqBlockN / 8;
+    constexpr int kD = Tr::kHeadDim / 8;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const fa2_fwd_params_t &f = p.fwd;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+
+    const int m_blocks = (f.seqlen_q + Tr::kDqBlockM - 1) / Tr::kDqBlockM;
+    const int m_block = static_cast<int>(blockIdx.x % m_blocks);
+    const int bh = static_cast<int>(blockIdx.x / m_blocks);
+    const int head = bh % f.heads_q;
+    const int batch = bh / f.heads_q;
+    const int kv_head = head / (f.heads_q / f.heads_kv);
+
+    const int row_first = m_block * Tr::kDqBlockM;
+    const int row_last = min(row_first + Tr::kDqBlockM, f.seqlen_q) - 1;
+    const KeyWindow win{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
+    int key_lo, key_hi;
+    win.key_range(row_first, row_last, key_lo, key_hi);
+    const int n_first = key_lo / Tr::kDqBlockN;
+    const int n_end = key_hi > key_lo ? (key_hi + Tr::kDqBlockN - 1) / Tr::kDqBlockN : n_first;
+
+    const uint32_t q_smem = smem_addr(smem);
+    const uint32_t do_smem = q_smem + Tr::kDqQBytes;
+    const uint32_t k_smem[2] = {do_smem + Tr::kDqQBytes, do_smem + Tr::kDqQBytes + Tr::kDqKVBytes};
+    const uint32_t v_smem[2] = {k_smem[1] + Tr::kDqKVBytes, k_smem[1] + 2 * Tr::kDqKVBytes};
+
+    const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride + kv_head * f.k_head_stride;
+    const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride + kv_head * f.v_head_stride;
+    auto load_kv = [&](int n_block, int buf) {
+        const int key0 = n_block * Tr::kDqBlockN;
+        load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
+            k_smem[buf], k + key0 * f.k_seq_stride, f.k_seq_stride, f.seqlen_k - key0, f.head_dim, tid);
+        load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
+            v_smem[buf], v + key0 * f.v_seq_stride, f.v_seq_stride, f.seqlen_k - key0, f.head_dim, tid);
+    };
+
+    // This thread's rows: LSE (as an exp2 offset) and D.
+    const int warp_row0 = row_first + warp * kM * 16;
+    const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q;
+    float lse_log2[kM][2], dsum[kM][2];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = warp_row0 + m * 16 + (lane >> 2) + 8 * h;
+            const bool valid = row < f.seqlen_q;
+            lse_log2[m][h] = valid ? f.lse[stat0 + row] * kLog2e : 0.f;
+            dsum[m][h] = valid ? p.d_sum[stat0 + row] : 0.f;
+        }
+
+    float dq[kM][kD][4];
+    zero(dq);
+    if (n_end > n_first) {
+        const Elem *q = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride +
+                        head * f.q_head_stride + row_first * f.q_seq_stride;
+        const Elem *d_o = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride +
+                          head * f.o_head_stride + row_first * f.o_seq_stride;
+        load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
+            q_smem, q, f.q_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+        load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
+            do_smem, d_o, f.o_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+        load_kv(n_first, 0);
+        cp_async_commit();
+
+        const uint32_t warp_rows = warp * kM * 16 * Tr::kRowBytes;
+        for (int n_block = n_first; n_block < n_end; ++n_block) {
+            const int buf = (n_block - n_first) & 1;
+            cp_async_wait<0>();
+            __syncthreads();
+            if (n_block + 1 < n_end) {
+                load_kv(n_block + 1, buf ^ 1);
+                cp_async_commit();
+            }
+            const int key0 = n_block * Tr::kDqBlockN;
+
+            float pr[kM][kN][4];
+            zero(pr);
+            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pr, q_smem + warp_rows,
+                                                                    k_smem[buf], lane);
+            const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
+#pragma unroll
+            for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float x = exp2_approx(fmaf(pr[m][n][e], f.scale_log2, -lse_log2[m][e >> 1]));
+                        const int row = warp_row0 + m * 16 + (lane >> 2) + 8 * (e >> 1);
+                        const int key = key0 + n * 8 + 2 * (lane & 3) + (e & 1);
+                        pr[m][n][e] = masked && !win.visible(row, key) ? 0.f : x;
+                    }
+
+            float ds[kM][kN][4];
+            zero(ds);
+            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, do_smem + warp_rows,
+                                                                    v_smem[buf], lane);
+#pragma unroll
+            for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        ds[m][n][e] = pr[m][n][e] * (ds[m][n][e] - dsum[m][e >> 1]);
+
+            gemm_pb<Elem, Tr::kRowBytes, kM, kD, Tr::kDqBlockN / 16>(dq, ds, k_smem[buf], lane);
+        }
+    }
+
+    Elem *dq_out = static_cast<Elem *>(p.dq) + batch * f.q_batch_stride + head * f.q_head_stride;
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = warp_row0 + m * 16 + (lane >> 2) + 8 * h;
+            if (row >= f.seqlen_q) continue;
+#pragma unroll
+            for (int d = 0; d < kD; ++d) {
+                const int col = d * 8 + 2 * (lane & 3);
+                if (col < f.head_dim)
+                    *reinterpret_cast<uint32_t *>(dq_out + row * f.q_seq_stride + col) =
+                        pack2<Elem>(dq[m][d][2 * h] * f.softmax_scale,
+                                    dq[m][d][2 * h + 1] * f.softmax_scale);
+            }
+        }
+}
+
+}  // namespace fa2

@@ -1,0 +1,28 @@
+/* The backward kernels' parameters: the forward's plus the gradients. Plain C,
+ * shared by src/ and kernels/. Internal, not installed. */
+#ifndef FA2_BWD_PARAMS_H
+#define FA2_BWD_PARAMS_H
+
+#include "fwd_params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fa2_bwd_params_t {
+    fa2_fwd_params_t fwd; /* q, k, v, o, lse (required), sizes, strides, mask, scale */
+    const void *d_o;      /* dLoss/dO, strides as o */
+    void *dq;             /* strides as q */
+    void *dk;             /* strides as k */
+    void *dv;             /* strides as v */
+    float *d_sum;         /* workspace: rowsum(dO * O), contiguous [batch, heads_q, seqlen_q] */
+} fa2_bwd_params_t;
+
+/* Launches the three backward kernels on `stream`. Returns a cudaError_t value. */
+int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

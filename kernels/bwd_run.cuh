@@ -1,0 +1,46 @@
+// Definition of fa2::bwd_run: D pre-pass, dK/dV kernel, dQ kernel, in stream order.
+#pragma once
+
+#include <stdint.h>
+
+#include "bwd_kernels.cuh"
+#include "bwd_run.h"
+
+namespace fa2 {
+
+template <typename Kernel>
+cudaError_t launch(Kernel kernel, int64_t grid, int threads, int smem_bytes,
+                   cudaStream_t stream, const fa2_bwd_params_t &p)
+{
+    if (grid == 0) return cudaSuccess;
+    if (grid < 0 || grid > INT32_MAX) return cudaErrorInvalidConfiguration;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<static_cast<unsigned>(grid), threads, smem_bytes, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename Elem, int kHeadDim>
+cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)
+{
+    using Tr = BwdTraits<Elem, kHeadDim>;
+    const fa2_fwd_params_t &f = p.fwd;
+    const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+    cudaError_t err = launch(dot_do_o_kernel<Elem>, (rows + kDotWarps - 1) / kDotWarps,
+                             32 * kDotWarps, 0, stream, p);
+    if (err != cudaSuccess) return err;
+
+    const int64_t n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+    err = launch(dkdv_kernel<Tr>, n_blocks * Tr::kSlices * f.heads_kv * f.batch, Tr::kThreads,
+                 Tr::kDkdvSmemBytes, stream, p);
+    if (err != cudaSuccess) return err;
+
+    const int64_t m_blocks = (f.seqlen_q + Tr::kDqBlockM - 1) / Tr::kDqBlockM;
+    return launch(dq_kernel<Tr>, m_blocks * f.heads_q * f.batch, Tr::kDqThreads,
+                  Tr::kDqSmemBytes, stream, p);
+}
+
+}  // namespace fa2

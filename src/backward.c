@@ -1,0 +1,77 @@
+/* fa2_backward: check the call against its plan, fill the kernel parameters, launch
+ * the three backward kernels. Every check comes before the launch: a failed call
+ * writes nothing. */
+#include <inttypes.h>
+
+#include <cuda_runtime_api.h>
+
+#include "bwd_params.h"
+#include "internal.h"
+
+static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
+{
+    if (plan->bwd_supported)
+        return FA2_SUCCESS;
+    if (plan->bwd_block_n == 0)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=%" PRId64
+                        " has no backward kernel", plan->problem.head_dim);
+    return fa2_fail(FA2_ERROR_SHARED_MEMORY,
+                    "the backward kernels need %" PRId64 " bytes of shared memory per block "
+                    "(head_dim bucket %d), more than the plan's device has, or a backward grid "
+                    "exceeds 2147483647 blocks",
+                    plan->bwd_smem_bytes, (int)plan->head_dim_bucket);
+}
+
+fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
+                          const void *v, const void *o, const void *d_o,
+                          const float *lse, void *dq, void *dk, void *dv,
+                          void *workspace, size_t workspace_bytes, void *stream)
+{
+    fa2_bwd_params_t p;
+    fa2_status_t s;
+    int e;
+
+    fa2_clear_error();
+    if (!plan)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "plan is NULL");
+    if (!q || !k || !v || !o || !d_o || !lse || !dq || !dk || !dv)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "%s is NULL",
+                        !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : !d_o ? "d_o"
+                        : !lse ? "lse" : !dq ? "dq" : !dk ? "dk" : "dv");
+    if (plan->struct_size != sizeof(fa2_plan_t))
+        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
+                        "plan->struct_size=%zu, expected %zu (make the plan with fa2_plan)",
+                        plan->struct_size, sizeof(fa2_plan_t));
+    if ((s = check_backward_supported(plan)))
+        return s;
+    if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
+        (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
+        (s = fa2_check_align("d_o", d_o, 16)) || (s = fa2_check_align("lse", lse, 4)) ||
+        (s = fa2_check_align("dq", dq, 16)) || (s = fa2_check_align("dk", dk, 16)) ||
+        (s = fa2_check_align("dv", dv, 16)) ||
+        (s = fa2_check_align("workspace", workspace, 16)))
+        return s;
+    if (!workspace)
+        return fa2_fail(FA2_ERROR_WORKSPACE, "workspace is NULL, the plan needs %" PRId64
+                        " bytes (plan->bwd_workspace_bytes)", plan->bwd_workspace_bytes);
+    if ((uint64_t)workspace_bytes < (uint64_t)plan->bwd_workspace_bytes)
+        return fa2_fail(FA2_ERROR_WORKSPACE,
+                        "workspace_bytes=%zu, the plan needs %" PRId64
+                        " (plan->bwd_workspace_bytes)",
+                        workspace_bytes, plan->bwd_workspace_bytes);
+
+    /* The kernels only read q, k, v, o and lse; the const is restored there. */
+    fa2_fill_fwd_params(plan, q, k, v, (void *)o, (float *)lse, &p.fwd);
+    p.d_o = d_o;
+    p.dq = dq;
+    p.dk = dk;
+    p.dv = dv;
+    p.d_sum = (float *)workspace;
+
+    e = fa2_bwd_launch(&p, stream);
+    if (e != 0)
+        return fa2_fail(FA2_ERROR_CUDA, "backward kernel launch (head_dim=%d, %s): %s",
+                        (int)p.fwd.head_dim, p.fwd.is_bf16 ? "bf16" : "fp16",
+                        cudaGetErrorString((cudaError_t)e));
+    return FA2_SUCCESS;
+}

@@ -30,7 +30,8 @@ class Problem(ctypes.Structure):
                                               "window_right")] + \
                [("softmax_scale", ctypes.c_float), ("reserved0", ctypes.c_int32)] + \
                [(f"{t}_{s}_stride", ctypes.c_int64) for t in "qkvo"
-                for s in ("batch", "seq", "head")]
+                for s in ("batch", "seq", "head")] + \
+               [("deterministic", ctypes.c_int32), ("reserved1", ctypes.c_int32)]
 
 
 class DeviceInfo(ctypes.Structure):
@@ -46,11 +47,17 @@ class Plan(ctypes.Structure):
                 ("seed_bc", ctypes.c_int64)] + \
                [(n, ctypes.c_int32) for n in ("block_m", "block_n", "block_m_rule",
                                               "block_n_rule", "head_dim_bucket", "warps")] + \
-               [(n, ctypes.c_int64) for n in ("grid_blocks", "smem_bytes", "workspace_bytes")]
+               [(n, ctypes.c_int64) for n in ("grid_blocks", "smem_bytes", "workspace_bytes")] + \
+               [(n, ctypes.c_int32) for n in ("bwd_block_n", "bwd_block_m", "bwd_dq_block_m",
+                                              "bwd_dq_block_n")] + \
+               [("bwd_smem_bytes", ctypes.c_int64), ("bwd_workspace_bytes", ctypes.c_int64),
+                ("bwd_supported", ctypes.c_int32), ("reserved2", ctypes.c_int32)]
 
 
 def load_library(path):
     lib = ctypes.CDLL(path)
+    lib.fa2_backward.argtypes = [ctypes.POINTER(Plan)] + [ctypes.c_void_p] * 10 + \
+                                [ctypes.c_size_t, ctypes.c_void_p]
     lib.fa2_last_error.restype = ctypes.c_char_p
     lib.fa2_problem_init.argtypes = [ctypes.POINTER(Problem), ctypes.c_int] + [ctypes.c_int64] * 6
     lib.fa2_device_info_query.argtypes = [ctypes.c_int, ctypes.POINTER(DeviceInfo)]
@@ -90,6 +97,14 @@ class Fa2Forward:
                                              lse.data_ptr() if lse is not None else None,
                                              None, 0, stream), "fa2_forward")
 
+    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, workspace):
+        stream = torch.cuda.current_stream().cuda_stream
+        check(self.lib, self.lib.fa2_backward(ctypes.byref(self.plan), q.data_ptr(), k.data_ptr(),
+                                              v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
+                                              lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                              dv.data_ptr(), workspace.data_ptr(),
+                                              workspace.numel(), stream), "fa2_backward")
+
 
 def flops_forward(b, h, sq, sk, d, causal):
     f = 4.0 * b * h * sq * sk * d
@@ -122,30 +137,95 @@ def sdpa(backend, causal, gqa):
     return run
 
 
+def rel_err(x, ref):
+    return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def backward_case(lib, fa2, dt, b, hq, hkv, s, d, causal, n_sets=2):
+    """fa2 backward vs SDPA flash/cudnn backward: TFLOP/s and max grad rel. error."""
+    sets = []
+    for _ in range(n_sets):
+        q = torch.randn(b, s, hq, d, device="cuda", dtype=dt)
+        k = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
+        v = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
+        d_o = torch.randn(b, s, hq, d, device="cuda", dtype=dt)
+        o = torch.empty_like(q)
+        lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
+        fa2(q, k, v, o, lse)
+        ws = torch.empty(fa2.plan.bwd_workspace_bytes, device="cuda", dtype=torch.uint8)
+        sets.append((q, k, v, o, lse, d_o, torch.empty_like(q), torch.empty_like(k),
+                     torch.empty_like(v), ws))
+    q, k, v, o, lse, d_o, dq, dk, dv, ws = sets[0]
+    for g in (dq, dk, dv):
+        g.fill_(float("nan"))
+    fa2.backward(*sets[0])
+    qr, kr, vr = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                      SDPBackend.EFFICIENT_ATTENTION]):
+        ref = F.scaled_dot_product_attention(qr.transpose(1, 2), kr.transpose(1, 2),
+                                             vr.transpose(1, 2), is_causal=causal,
+                                             enable_gqa=hq != hkv).transpose(1, 2)
+    gq, gk, gv = torch.autograd.grad(ref, (qr, kr, vr), d_o)
+    err = max(rel_err(dq, gq), rel_err(dk, gk), rel_err(dv, gv))
+    t = {"fa2": time_ms(fa2.backward, sets, iters=20)}
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            graphs = []
+            for q, k, v, o, lse, d_o, *_ in sets:
+                qr, kr, vr = (x.detach().clone().requires_grad_() for x in (q, k, v))
+                with sdpa_kernel([be]):
+                    out = F.scaled_dot_product_attention(qr.transpose(1, 2), kr.transpose(1, 2),
+                                                         vr.transpose(1, 2), is_causal=causal,
+                                                         enable_gqa=hq != hkv)
+                graphs.append((out, (qr, kr, vr), d_o.transpose(1, 2)))
+            t[name] = time_ms(lambda out, ins, g: torch.autograd.grad(out, ins, g, retain_graph=True),
+                              graphs, iters=20)
+            del graphs
+        except RuntimeError:
+            t[name] = float("nan")
+    fl = 2.5 * flops_forward(b, hq, s, s, d, causal)
+    del sets
+    return {k_: fl / (ms * 1e-3) / 1e12 for k_, ms in t.items()}, err
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
     ap.add_argument("--csv")
     ap.add_argument("--quick", action="store_true", help="d=128 bf16 only")
+    ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
+    ap.add_argument("--seqlens", help="comma-separated seqlens (default 512..16384)")
+    ap.add_argument("--dtypes", help="comma-separated: bf16,fp16")
     args = ap.parse_args()
     lib = load_library(args.lib)
     torch.manual_seed(0)
 
     shapes = []  # (dtype, b, hq, hkv, s, d, causal)
+    names = {"bf16": torch.bfloat16, "fp16": torch.float16}
     dtypes = [torch.bfloat16] if args.quick else [torch.bfloat16, torch.float16]
+    if args.dtypes:
+        dtypes = [names[x] for x in args.dtypes.split(",")]
     dims = [128] if args.quick else [64, 128, 256]
+    if args.dims:
+        dims = [int(x) for x in args.dims.split(",")]
+    seqlens = [512, 1024, 2048, 4096, 8192, 16384]
+    if args.seqlens:
+        seqlens = [int(x) for x in args.seqlens.split(",")]
     for dt in dtypes:
         for d in dims:
             for causal in (False, True):
-                for s in (512, 1024, 2048, 4096, 8192, 16384):
+                for s in seqlens:
                     h = 2048 // d
                     shapes.append((dt, 16384 // s, h, h, s, d, causal))
-    if not args.quick:
+    if not (args.quick or args.dims or args.seqlens or args.dtypes):
         shapes += [(torch.bfloat16, 4, 32, 8, 4096, 128, c) for c in (False, True)]
+        shapes += [(torch.float16, 2, 8, 8, s, 64, False) for s in (2048, 4096, 8192)]
 
     rows = []
     header = (f"{'dtype':5} {'b':>3} {'hq':>3} {'hkv':>3} {'seq':>6} {'d':>4} {'causal':>6} "
-              f"{'fa2':>7} {'flash':>7} {'cudnn':>7} {'fa2/fl':>7} {'fa2/cu':>7} {'err':>8}")
+              f"{'fa2':>7} {'flash':>7} {'cudnn':>7} {'fa2/fl':>7} {'fa2/cu':>7} {'err':>8}"
+              f" | {'bwd fa2':>7} {'flash':>7} {'cudnn':>7} {'fa2/fl':>7} {'fa2/cu':>7} {'err':>8}")
     print(header)
     for dt, b, hq, hkv, s, d, causal in shapes:
         n_sets = 3
@@ -173,24 +253,34 @@ def main():
             except RuntimeError:
                 t[name] = float("nan")
         tf = {k_: fl / (ms * 1e-3) / 1e12 for k_, ms in t.items()}
+        del sets
+        torch.cuda.empty_cache()
+        bw, bw_err = ({"fa2": float("nan"), "flash": float("nan"), "cudnn": float("nan")},
+                      float("nan"))
+        if not args.no_backward:
+            bw, bw_err = backward_case(lib, fa2, dt, b, hq, hkv, s, d, causal)
         row = dict(dtype=str(dt).split(".")[-1], b=b, hq=hq, hkv=hkv, seq=s, d=d,
                    causal=int(causal), fa2=tf["fa2"], flash=tf["flash"], cudnn=tf["cudnn"],
-                   err=err)
+                   err=err, bwd_fa2=bw["fa2"], bwd_flash=bw["flash"], bwd_cudnn=bw["cudnn"],
+                   bwd_err=bw_err)
         rows.append(row)
         print(f"{row['dtype'][:5]:5} {b:3d} {hq:3d} {hkv:3d} {s:6d} {d:4d} {int(causal):6d} "
               f"{tf['fa2']:7.1f} {tf['flash']:7.1f} {tf['cudnn']:7.1f} "
-              f"{tf['fa2'] / tf['flash']:7.2f} {tf['fa2'] / tf['cudnn']:7.2f} {err:8.1e}",
+              f"{tf['fa2'] / tf['flash']:7.2f} {tf['fa2'] / tf['cudnn']:7.2f} {err:8.1e} | "
+              f"{bw['fa2']:7.1f} {bw['flash']:7.1f} {bw['cudnn']:7.1f} "
+              f"{bw['fa2'] / bw['flash']:7.2f} {bw['fa2'] / bw['cudnn']:7.2f} {bw_err:8.1e}",
               flush=True)
-        del sets
         torch.cuda.empty_cache()
     if args.csv:
         with open(args.csv, "w") as f:
             f.write(",".join(rows[0].keys()) + "\n")
             for r in rows:
                 f.write(",".join(str(v_) for v_ in r.values()) + "\n")
-    bad = [r for r in rows if not (r["err"] < 2e-2)]
+    bad = [r for r in rows if not (r["err"] < 2e-2) or
+           (not args.no_backward and not (r["bwd_err"] < 3e-2))]
     if bad:
-        print(f"FAIL: {len(bad)} shapes with rel. error >= 2e-2 against SDPA")
+        print(f"FAIL: {len(bad)} shapes with rel. error >= 2e-2 (forward) / 3e-2 (gradients) "
+              "against SDPA")
         return 1
     return 0
 

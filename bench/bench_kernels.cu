@@ -105,6 +105,71 @@ softmax_rows_kernel(const T *s, T *p, int64_t seqlen_q, int64_t seqlen_k, int ca
     }
 }
 
+// Register-resident rows (the common case: seqlen_k % 8 == 0, <= 16384). A row is
+// read once with all its 16-byte loads in flight, reduced (max, then sum), and written
+// once. kRowThreads = 32: a warp per row, 8 rows per block, no block barrier;
+// kRowThreads = 256: a block per row.
+template <typename T, int kRowThreads, int kVecs>
+__global__ void __launch_bounds__(256)
+softmax_rows_reg_kernel(const T *s, T *p, int64_t rows, int64_t seqlen_q, int64_t seqlen_k,
+                        int causal)
+{
+    constexpr int kRowsPerBlock = 256 / kRowThreads;
+    const int t = threadIdx.x % kRowThreads;
+    const int64_t row = blockIdx.x * (int64_t)kRowsPerBlock + threadIdx.x / kRowThreads;
+    if (kRowThreads == 32 && row >= rows) return; // whole warps only: no barrier below
+    const int64_t query = row % seqlen_q;
+    int64_t last = causal ? query + seqlen_k - seqlen_q : seqlen_k - 1;
+    if (last > seqlen_k - 1) last = seqlen_k - 1;
+    const T *s_row = s + row * seqlen_k;
+    T *p_row = p + row * seqlen_k;
+
+    T v[kVecs][kVec];
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+        const int64_t j0 = ((int64_t)i * kRowThreads + t) * kVec;
+        if (j0 < seqlen_k) *reinterpret_cast<uint4 *>(v[i]) = *reinterpret_cast<const uint4 *>(s_row + j0);
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+            if (((int64_t)i * kRowThreads + t) * kVec + e <= last) m = fmaxf(m, to_float(v[i][e]));
+    __shared__ float partial[2][8];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if (kRowThreads == 256) {
+        if (lane == 0) partial[0][warp] = m;
+        __syncthreads();
+        m = partial[0][0];
+        for (int w = 1; w < 8; ++w) m = fmaxf(m, partial[0][w]);
+    }
+    float l = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+            if (((int64_t)i * kRowThreads + t) * kVec + e <= last) l += __expf(to_float(v[i][e]) - m);
+    for (int offset = 16; offset > 0; offset >>= 1) l += __shfl_xor_sync(0xffffffffu, l, offset);
+    if (kRowThreads == 256) {
+        if (lane == 0) partial[1][warp] = l;
+        __syncthreads();
+        l = 0.0f;
+        for (int w = 0; w < 8; ++w) l += partial[1][w];
+    }
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f; // fully masked row: all zeros
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+        const int64_t j0 = ((int64_t)i * kRowThreads + t) * kVec;
+        if (j0 >= seqlen_k) continue;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+            v[i][e] = from_float<T>(j0 + e <= last ? __expf(to_float(v[i][e]) - m) * inv_l : 0.0f);
+        *reinterpret_cast<uint4 *>(p_row + j0) = *reinterpret_cast<const uint4 *>(v[i]);
+    }
+}
+
 template <typename T>
 __global__ void rel_l2_kernel(const T *a, const T *ref, int64_t n, double *sums)
 {
@@ -131,14 +196,34 @@ int grid_for(int64_t n, int threads)
     return (int)(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
 }
 
+template <typename T, int kRowThreads, int kVecs>
+void launch_reg(const void *s, void *p, int64_t rows, int64_t seqlen_q, int64_t seqlen_k,
+                int causal, cudaStream_t stream)
+{
+    const int64_t blocks = (rows + 256 / kRowThreads - 1) / (256 / kRowThreads);
+    softmax_rows_reg_kernel<T, kRowThreads, kVecs><<<(unsigned)blocks, 256, 0, stream>>>(
+        (const T *)s, (T *)p, rows, seqlen_q, seqlen_k, causal);
+}
+
 template <typename T>
 cudaError_t softmax_rows(const void *s, void *p, int64_t heads, int64_t seqlen_q,
                          int64_t seqlen_k, int causal, cudaStream_t stream)
 {
     const int64_t rows = heads * seqlen_q;
     if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+    if (seqlen_k % kVec == 0 && seqlen_k <= 16384) {
+        const int64_t groups = seqlen_k / kVec; // 16-byte groups per row
+        if (groups <= 32) launch_reg<T, 32, 1>(s, p, rows, seqlen_q, seqlen_k, causal, stream);
+        else if (groups <= 64) launch_reg<T, 32, 2>(s, p, rows, seqlen_q, seqlen_k, causal, stream);
+        else if (groups <= 128) launch_reg<T, 32, 4>(s, p, rows, seqlen_q, seqlen_k, causal, stream);
+        else if (groups <= 256) launch_reg<T, 32, 8>(s, p, rows, seqlen_q, seqlen_k, causal, stream);
+        else if (groups <= 512) launch_reg<T, 256, 2>(s, p, rows, seqlen_q, seqlen_k, causal, stream);
+        else if (groups <= 1024) launch_reg<T, 256, 4>(s, p, rows, seqlen_q, seqlen_k, causal, stream);
+        else launch_reg<T, 256, 8>(s, p, rows, seqlen_q, seqlen_k, causal, stream);
+        return cudaGetLastError();
+    }
+    // Any other length: one block per row, online (max, sum), two passes over memory.
     const bool vectorized = seqlen_k % kVec == 0;
-    // One 8-element group (or element) per thread per pass where the row allows.
     const int64_t groups = vectorized ? seqlen_k / kVec : seqlen_k;
     int64_t threads = (groups + 31) / 32 * 32;
     if (threads > kSoftmaxMaxThreads) threads = kSoftmaxMaxThreads;

@@ -86,9 +86,11 @@ fi
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo 'unknown (no .git)')"
     echo "args:   FA2_CTEST_ARGS='${FA2_CTEST_ARGS:-}' FA2_BENCH_ARGS='${FA2_BENCH_ARGS:-}' FA2_SKIP_BENCH='${FA2_SKIP_BENCH:-0}' FA2_SDPA='${FA2_SDPA:-0}'"
     echo "build:  $build_time"
-    if grep -q 'tests failed out of' "$OUT/ctest.log" 2>/dev/null; then
-        total=$(grep -o 'out of [0-9]*' "$OUT/ctest.log" | tail -1 | grep -o '[0-9]*')
-        nfail=$(grep -o '[0-9]* tests* failed' "$OUT/ctest.log" | tail -1 | grep -o '^[0-9]*')
+    # "100% tests passed, 0 tests failed out of 6" or (newer CMake) "100% tests passed out of 6"
+    if grep -qE 'tests passed.* out of [0-9]+' "$OUT/ctest.log" 2>/dev/null; then
+        total=$(grep -oE 'tests passed.* out of [0-9]+' "$OUT/ctest.log" | tail -1 | grep -oE '[0-9]+$')
+        nfail=$(grep -oE '[0-9]+ tests? failed out of' "$OUT/ctest.log" | tail -1 | grep -oE '^[0-9]+')
+        nfail=${nfail:-0}
         nskip=$(grep -c '\*\*\*Skipped' "$OUT/ctest.log")
         echo "ctest:  $((total - nfail - nskip)) passed, $nfail failed, $nskip skipped (of $total)"
         grep -E '\*\*\*(Failed|Skipped|Timeout|Exception)|Not Run' "$OUT/ctest.log" | sed 's/^/        /'

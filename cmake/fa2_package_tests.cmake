@@ -1,0 +1,25 @@
+# Packaging and FFI tests, registered with ctest from the root (no cmocka needed):
+#   fa2_exports        (cpu) libfa2.so exports only fa2_* symbols
+#   fa2_python_ffi     (cpu) the ctypes binding's error paths, no GPU needed
+#   fa2_python_gpu     (gpu) the binding vs torch SDPA, forward and gradients; skips
+#                            (exit 77) without torch or a CUDA device
+# The Python tests run the system python3 on the build's libfa2.so (FA2_LIBRARY).
+add_test(NAME fa2_exports
+  COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:fa2> -DNM=${CMAKE_NM}
+          -P ${CMAKE_CURRENT_LIST_DIR}/check_exports.cmake)
+set_tests_properties(fa2_exports PROPERTIES LABELS cpu)
+
+find_program(FA2_PYTHON3 NAMES python3 DOC "Python 3 for the ctypes binding's tests")
+if(FA2_PYTHON3)
+  foreach(t IN ITEMS ffi gpu)
+    add_test(NAME fa2_python_${t}
+      COMMAND ${FA2_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/test_python_${t}.py)
+    set_tests_properties(fa2_python_${t} PROPERTIES
+      ENVIRONMENT "FA2_LIBRARY=$<TARGET_FILE:fa2>;PYTHONDONTWRITEBYTECODE=1"
+      SKIP_RETURN_CODE 77)
+  endforeach()
+  set_tests_properties(fa2_python_ffi PROPERTIES LABELS cpu)
+  set_tests_properties(fa2_python_gpu PROPERTIES LABELS gpu)
+else()
+  message(STATUS "python3 not found: the fa2_python_* tests are not registered")
+endif()

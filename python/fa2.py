@@ -1,0 +1,685 @@
+"""libfa2 from Python: a pure-ctypes binding, one module, no compile step.
+
+    import fa2
+    o = fa2.attention(q, k, v, causal=True)        # torch tensors, autograd works
+
+or, without torch, on raw device pointers:
+
+    problem = fa2.make_problem("bf16", q_shape=(2, 4096, 16, 128), k_shape=(2, 4096, 4, 128))
+    plan = fa2.plan(problem, device=0)               # fa2_plan: validation + tiles
+    plan.forward(q_ptr, k_ptr, v_ptr, o_ptr, lse=lse_ptr, stream=stream_handle)
+
+Layout is the C API's: Q, O [batch, seqlen_q, heads_q, head_dim]; K, V [batch,
+seqlen_k, heads_kv, head_dim] (BSHD), strides in elements and free except the head_dim
+stride, which is 1; LSE float32 [batch, heads_q, seqlen_q], contiguous.
+
+Every non-zero fa2_status_t raises a subclass of Fa2Error carrying the status code and
+the library's own message (fa2_last_error()), e.g. Fa2UnsupportedHeadDim("fa2_plan:
+head_dim=300 is not supported (multiples of 8 from 8 to 256)"). Problems the binding
+itself detects before calling the library (tensor shapes that disagree) raise
+Fa2ShapeError, also a ValueError.
+
+The library is found, in this order: the FA2_LIBRARY environment variable (a file, or
+a directory holding libfa2.so), the install prefix this file sits in
+(PREFIX/share/fa2/python/fa2.py -> PREFIX/lib*/libfa2.so.0), ctypes.util.find_library
+("fa2") (the loader's paths, LD_LIBRARY_PATH), then build directories of the source
+tree this file sits in (REPO/build*/libfa2.so, newest first). See docs/ffi.md.
+
+torch is optional and imported only when a torch tensor or a torch helper is used.
+MIT License, see LICENSE.
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+import sys
+import threading
+
+__all__ = [
+    "Fa2Error", "Fa2ShapeError", "Fa2LibraryNotFound", "Problem", "DeviceInfo", "Plan",
+    "Library", "load_library", "library", "version", "status_string", "device_info",
+    "make_device_info", "make_problem", "plan", "forward", "backward", "attention",
+    "DTYPE_FP16", "DTYPE_BF16",
+]
+
+# ---------------------------------------------------------------------------------
+# Constants: pinned in include/fa2.h.
+# ---------------------------------------------------------------------------------
+DTYPE_FP16 = 1
+DTYPE_BF16 = 2
+
+STATUS_NAMES = {
+    0: "FA2_SUCCESS",
+    1: "FA2_ERROR_NULL_POINTER",
+    2: "FA2_ERROR_STRUCT_SIZE",
+    3: "FA2_ERROR_INVALID_SIZE",
+    4: "FA2_ERROR_SIZE_OVERFLOW",
+    5: "FA2_ERROR_UNSUPPORTED_DTYPE",
+    6: "FA2_ERROR_UNSUPPORTED_HEAD_DIM",
+    7: "FA2_ERROR_HEADS_MISMATCH",
+    8: "FA2_ERROR_BAD_STRIDE",
+    9: "FA2_ERROR_MISALIGNED",
+    10: "FA2_ERROR_BAD_WINDOW",
+    11: "FA2_ERROR_BAD_SCALE",
+    12: "FA2_ERROR_UNSUPPORTED_DEVICE",
+    13: "FA2_ERROR_SHARED_MEMORY",
+    14: "FA2_ERROR_WORKSPACE",
+    15: "FA2_ERROR_NO_DEVICE",
+    16: "FA2_ERROR_CUDA",
+}
+globals().update({name: code for code, name in STATUS_NAMES.items()})
+
+
+# ---------------------------------------------------------------------------------
+# Exceptions: one class per status.
+# ---------------------------------------------------------------------------------
+class Fa2Error(Exception):
+    """A libfa2 call failed. `status` is the fa2_status_t value (None for errors the
+    binding found itself), `message` the library's fa2_last_error() text, `function`
+    the C function that failed."""
+
+    status = None
+
+    def __init__(self, message, status=None, function=None):
+        if status is not None:
+            self.status = status
+        self.message = message
+        self.function = function
+        where = f"{function}: " if function else ""
+        name = STATUS_NAMES.get(self.status, f"status {self.status}")
+        tail = f" [{name}]" if self.status is not None else ""
+        super().__init__(f"{where}{message}{tail}")
+
+    @property
+    def status_name(self):
+        return STATUS_NAMES.get(self.status)
+
+
+def _status_class(code, name, doc):
+    return type(name, (Fa2Error,), {"status": code, "__doc__": doc, "__module__": __name__})
+
+
+Fa2NullPointer = _status_class(1, "Fa2NullPointer", "a required pointer is NULL")
+Fa2StructSize = _status_class(2, "Fa2StructSize", "struct_size unknown to the library")
+Fa2InvalidSize = _status_class(3, "Fa2InvalidSize", "batch/seqlen/heads out of range")
+Fa2SizeOverflow = _status_class(4, "Fa2SizeOverflow", "an extent does not fit in int64")
+Fa2UnsupportedDtype = _status_class(5, "Fa2UnsupportedDtype", "dtype not fp16/bf16")
+Fa2UnsupportedHeadDim = _status_class(6, "Fa2UnsupportedHeadDim",
+                                      "head_dim not a multiple of 8 in [8, 256]")
+Fa2HeadsMismatch = _status_class(7, "Fa2HeadsMismatch", "heads_q not a multiple of heads_kv")
+Fa2BadStride = _status_class(8, "Fa2BadStride", "negative stride or not a multiple of 8")
+Fa2Misaligned = _status_class(9, "Fa2Misaligned", "a pointer is not 16-byte aligned")
+Fa2BadWindow = _status_class(10, "Fa2BadWindow", "bad window_left/right or causal")
+Fa2BadScale = _status_class(11, "Fa2BadScale", "softmax_scale negative, NaN or infinite")
+Fa2UnsupportedDevice = _status_class(12, "Fa2UnsupportedDevice",
+                                     "compute capability below 8.0")
+Fa2SharedMemory = _status_class(13, "Fa2SharedMemory", "tiles do not fit shared memory")
+Fa2Workspace = _status_class(14, "Fa2Workspace", "workspace missing or too small")
+Fa2NoDevice = _status_class(15, "Fa2NoDevice", "no CUDA device, or a bad device index")
+Fa2CudaError = _status_class(16, "Fa2CudaError", "the CUDA runtime reported an error")
+
+_EXCEPTIONS = {cls.status: cls for cls in (
+    Fa2NullPointer, Fa2StructSize, Fa2InvalidSize, Fa2SizeOverflow, Fa2UnsupportedDtype,
+    Fa2UnsupportedHeadDim, Fa2HeadsMismatch, Fa2BadStride, Fa2Misaligned, Fa2BadWindow,
+    Fa2BadScale, Fa2UnsupportedDevice, Fa2SharedMemory, Fa2Workspace, Fa2NoDevice,
+    Fa2CudaError)}
+__all__ += [cls.__name__ for cls in _EXCEPTIONS.values()]
+
+
+class Fa2ShapeError(Fa2Error, ValueError):
+    """The binding refused the call before reaching libfa2: tensor shapes, dtypes or
+    devices that disagree, or a head_dim stride other than 1."""
+
+
+class Fa2LibraryNotFound(Fa2Error, OSError):
+    """libfa2.so could not be found or loaded."""
+
+
+def exception_for(status, message, function=None):
+    """The Fa2Error subclass instance for a status code (Fa2Error for unknown codes)."""
+    return _EXCEPTIONS.get(status, Fa2Error)(message, status=status, function=function)
+
+
+# ---------------------------------------------------------------------------------
+# Struct mirrors of include/fa2.h. Checked against the library at load time: the
+# library writes struct_size, which must equal ctypes.sizeof of the mirror.
+# ---------------------------------------------------------------------------------
+_i32, _i64 = ctypes.c_int32, ctypes.c_int64
+
+
+class Problem(ctypes.Structure):
+    """fa2_problem_t. Make it with make_problem() (or Library.problem_init)."""
+    _fields_ = ([("struct_size", ctypes.c_size_t), ("dtype", ctypes.c_int), ("causal", _i32)]
+                + [(n, _i64) for n in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv",
+                                       "head_dim", "window_left", "window_right")]
+                + [("softmax_scale", ctypes.c_float), ("reserved0", _i32)]
+                + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
+                + [("deterministic", _i32), ("reserved1", _i32)])
+
+
+class DeviceInfo(ctypes.Structure):
+    """fa2_device_info_t. From device_info(index), or make_device_info(...) by hand."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cc_major", _i32), ("cc_minor", _i32),
+                ("sm_count", _i32), ("reserved0", _i32), ("smem_per_block_optin", _i64),
+                ("smem_per_sm", _i64)]
+
+
+class PlanStruct(ctypes.Structure):
+    """fa2_plan_t. Wrapped by Plan."""
+    _fields_ = ([("struct_size", ctypes.c_size_t), ("problem", Problem),
+                 ("sram_elements", _i64), ("seed_br", _i64), ("seed_bc", _i64)]
+                + [(n, _i32) for n in ("block_m", "block_n", "block_m_rule", "block_n_rule",
+                                       "head_dim_bucket", "warps")]
+                + [(n, _i64) for n in ("grid_blocks", "smem_bytes", "workspace_bytes")]
+                + [(n, _i32) for n in ("bwd_block_n", "bwd_block_m", "bwd_dq_block_m",
+                                       "bwd_dq_block_n")]
+                + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
+                   ("bwd_supported", _i32), ("reserved2", _i32)])
+
+
+def _struct_repr(s):
+    fields = ", ".join(f"{n}={getattr(s, n)!r}" for n, _ in s._fields_
+                       if not n.startswith("reserved") and n != "problem")
+    return f"{type(s).__name__}({fields})"
+
+
+Problem.__repr__ = DeviceInfo.__repr__ = PlanStruct.__repr__ = _struct_repr
+
+
+# ---------------------------------------------------------------------------------
+# Finding and loading the library.
+# ---------------------------------------------------------------------------------
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_NAMES = ("libfa2.so.0", "libfa2.so")
+
+
+def candidate_paths():
+    """Where the library is looked for, in order (FA2_LIBRARY excluded)."""
+    out = []
+    # Installed: PREFIX/share/fa2/python/fa2.py -> PREFIX/lib, lib64, lib/<multiarch>.
+    parts = _HERE.split(os.sep)
+    if parts[-3:] == ["share", "fa2", "python"]:
+        prefix = os.sep.join(parts[:-3]) or os.sep
+        for libdir in ["lib", "lib64"] + sorted(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu"))):
+            for name in _NAMES:
+                out.append(os.path.join(prefix, libdir, name))
+    found = ctypes.util.find_library("fa2")
+    if found:
+        out.append(found)
+    # Source tree: REPO/python/fa2.py -> REPO/build/libfa2.so, then REPO/build*/ newest.
+    repo = os.path.dirname(_HERE)
+    builds = [p for p in glob.glob(os.path.join(repo, "build*", "libfa2.so"))]
+    builds.sort(key=lambda p: (os.path.basename(os.path.dirname(p)) != "build",
+                               -os.path.getmtime(p)))
+    return out + builds
+
+
+class Library:
+    """One loaded libfa2. Thin: each method is one C call plus the status check."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self.cdll = ctypes.CDLL(path)
+        except OSError as e:
+            raise Fa2LibraryNotFound(f"cannot load {path}: {e}") from None
+        c = self.cdll
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        c.fa2_version.argtypes, c.fa2_version.restype = [], ctypes.c_uint
+        c.fa2_status_string.argtypes, c.fa2_status_string.restype = [ctypes.c_int], ctypes.c_char_p
+        c.fa2_last_error.argtypes, c.fa2_last_error.restype = [], ctypes.c_char_p
+        c.fa2_device_info_query.argtypes = [ctypes.c_int, ctypes.POINTER(DeviceInfo)]
+        c.fa2_problem_init.argtypes = [ctypes.POINTER(Problem), ctypes.c_int] + [_i64] * 6
+        c.fa2_problem_init.restype = None
+        c.fa2_plan.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(DeviceInfo),
+                               ctypes.POINTER(PlanStruct)]
+        c.fa2_forward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 6 + [sz, vp]
+        c.fa2_backward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
+        for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_backward"):
+            getattr(c, f).restype = ctypes.c_int
+        # The mirrors must match the library's layout (the library writes struct_size).
+        probe = Problem()
+        c.fa2_problem_init(ctypes.byref(probe), DTYPE_BF16, 1, 1, 1, 1, 1, 64)
+        if probe.struct_size != ctypes.sizeof(Problem):
+            raise Fa2LibraryNotFound(
+                f"{path}: fa2_problem_t is {probe.struct_size} bytes in the library, "
+                f"{ctypes.sizeof(Problem)} in fa2.py (library version {self.version_string()}):"
+                " use the fa2.py of the same release")
+
+    # -- plain calls --------------------------------------------------------------
+    def version(self):
+        """fa2_version(): MAJOR*10000 + MINOR*100 + PATCH."""
+        return self.cdll.fa2_version()
+
+    def version_string(self):
+        v = self.version()
+        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+
+    def status_string(self, status):
+        return self.cdll.fa2_status_string(int(status)).decode()
+
+    def last_error(self):
+        """The calling thread's fa2_last_error() text."""
+        return self.cdll.fa2_last_error().decode(errors="replace")
+
+    def check(self, status, function):
+        """Raise the Fa2Error subclass for a non-zero status, with fa2_last_error()."""
+        if status != 0:
+            raise exception_for(status, self.last_error(), function)
+
+    def device_info(self, device=0):
+        """fa2_device_info_query(device) -> DeviceInfo. Fa2NoDevice without a GPU."""
+        info = DeviceInfo()
+        self.check(self.cdll.fa2_device_info_query(int(device), ctypes.byref(info)),
+                   "fa2_device_info_query")
+        return info
+
+    def problem_init(self, dtype, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim):
+        """fa2_problem_init: contiguous BSHD strides, defaults for every option."""
+        p = Problem()
+        self.cdll.fa2_problem_init(ctypes.byref(p), _dtype_code(dtype), batch, seqlen_q,
+                                   seqlen_k, heads_q, heads_kv, head_dim)
+        return p
+
+    def plan(self, problem, device=None):
+        """fa2_plan(problem, device) -> Plan. `device`: a DeviceInfo, a device index,
+        or None for device 0 (the current torch device when torch is in use)."""
+        info = self._device(device)
+        raw = PlanStruct()
+        self.check(self.cdll.fa2_plan(None if problem is None else ctypes.byref(problem),
+                                      ctypes.byref(info), ctypes.byref(raw)), "fa2_plan")
+        return Plan(self, raw)
+
+    def _device(self, device):
+        if isinstance(device, DeviceInfo):
+            return device
+        if device is None:
+            torch = sys.modules.get("torch")
+            device = torch.cuda.current_device() if torch is not None and \
+                torch.cuda.is_available() else 0
+        return _cached_device_info(self, int(device))
+
+    def __repr__(self):
+        return f"<fa2.Library {self.path} version {self.version_string()}>"
+
+
+_lock = threading.Lock()
+_default = None
+_loaded = {}
+_device_cache = {}
+
+
+def load_library(path=None):
+    """Load libfa2 from `path`, or find it (FA2_LIBRARY, install prefix, loader paths,
+    build directories). Loads once per path."""
+    tried = []
+    if path is None:
+        env = os.environ.get("FA2_LIBRARY")
+        if env:
+            path = os.path.join(env, "libfa2.so") if os.path.isdir(env) else env
+            if not os.path.exists(path):
+                raise Fa2LibraryNotFound(f"FA2_LIBRARY={env}: no such file")
+    if path is None:
+        for cand in candidate_paths():
+            tried.append(cand)
+            if os.sep not in cand or os.path.exists(cand):
+                path = cand
+                break
+    if path is None:
+        raise Fa2LibraryNotFound(
+            "libfa2 not found: set FA2_LIBRARY to libfa2.so, or install libfa2 (looked in: "
+            + (", ".join(tried) or "the loader's paths") + ")")
+    with _lock:
+        key = os.path.realpath(path) if os.sep in path else path
+        if key not in _loaded:
+            _loaded[key] = Library(path)
+        return _loaded[key]
+
+
+def library():
+    """The default Library, loaded on first use."""
+    global _default
+    if _default is None:
+        lib = load_library()
+        with _lock:
+            if _default is None:
+                _default = lib
+    return _default
+
+
+def _cached_device_info(lib, index):
+    key = (id(lib), index)
+    info = _device_cache.get(key)
+    if info is None:
+        info = lib.device_info(index)
+        with _lock:
+            _device_cache[key] = info
+    return info
+
+
+def version():
+    return library().version()
+
+
+def status_string(status):
+    return library().status_string(status)
+
+
+def device_info(device=0):
+    """fa2_device_info_query on the default library."""
+    return library().device_info(device)
+
+
+def make_device_info(cc_major, cc_minor, sm_count, smem_per_block_optin, smem_per_sm=None):
+    """A hand-filled DeviceInfo (planning without a GPU, or for another device).
+    Example, an H100/H200: make_device_info(9, 0, 132, 232448, 233472)."""
+    info = DeviceInfo()
+    info.struct_size = ctypes.sizeof(DeviceInfo)
+    info.cc_major, info.cc_minor, info.sm_count = cc_major, cc_minor, sm_count
+    info.smem_per_block_optin = smem_per_block_optin
+    info.smem_per_sm = smem_per_block_optin if smem_per_sm is None else smem_per_sm
+    return info
+
+
+# ---------------------------------------------------------------------------------
+# Problems from shapes and strides.
+# ---------------------------------------------------------------------------------
+_DTYPE_NAMES = {"fp16": DTYPE_FP16, "float16": DTYPE_FP16, "half": DTYPE_FP16,
+                "bf16": DTYPE_BF16, "bfloat16": DTYPE_BF16}
+
+
+def _dtype_code(dtype):
+    if isinstance(dtype, int):
+        return dtype  # passed through: the library validates it
+    name = str(dtype).replace("torch.", "")
+    if name in _DTYPE_NAMES:
+        return _DTYPE_NAMES[name]
+    raise Fa2ShapeError(f"dtype={dtype!r} is not supported (fp16 or bf16)")
+
+
+def _strides3(name, strides):
+    """(batch, seq, head) strides from a 4-tuple whose last entry is 1, or a 3-tuple."""
+    strides = tuple(int(s) for s in strides)
+    if len(strides) == 4:
+        if strides[3] != 1:
+            raise Fa2ShapeError(f"{name}: the head_dim stride is {strides[3]}, it must be 1")
+        return strides[:3]
+    if len(strides) == 3:
+        return strides
+    raise Fa2ShapeError(f"{name}: strides {strides} are not 3 or 4 values")
+
+
+def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strides=None,
+                 k_strides=None, v_strides=None, o_strides=None, causal=False,
+                 window=(-1, -1), softmax_scale=None, deterministic=False, lib=None):
+    """An fa2_problem_t from BSHD shapes [batch, seq, heads, head_dim] and strides in
+    elements (4 values with the last = 1, or 3: batch, seq, head; None = contiguous
+    BSHD). Shapes must agree (q with o, k with v, batch and head_dim everywhere), else
+    Fa2ShapeError; everything else is left to fa2_plan, which validates it."""
+    lib = lib or library()
+    shapes = {"q": q_shape, "k": k_shape, "v": k_shape if v_shape is None else v_shape,
+              "o": q_shape if o_shape is None else o_shape}
+    for n, s in shapes.items():
+        if len(s) != 4:
+            raise Fa2ShapeError(f"{n} has shape {tuple(s)}: expected 4 dims "
+                                "[batch, seqlen, heads, head_dim]")
+    shapes = {n: tuple(int(x) for x in s) for n, s in shapes.items()}
+    q, k, v, o = shapes["q"], shapes["k"], shapes["v"], shapes["o"]
+    if v != k:
+        raise Fa2ShapeError(f"k has shape {k} but v has {v}: they must match")
+    if o != q:
+        raise Fa2ShapeError(f"q has shape {q} but o has {o}: they must match")
+    if k[0] != q[0]:
+        raise Fa2ShapeError(f"q has batch {q[0]} but k has {k[0]}")
+    if k[3] != q[3]:
+        raise Fa2ShapeError(f"q has head_dim {q[3]} but k has {k[3]}")
+    p = lib.problem_init(dtype, q[0], q[1], k[1], q[2], k[2], q[3])
+    for n, st in (("q", q_strides), ("k", k_strides), ("v", v_strides), ("o", o_strides)):
+        if st is not None:
+            b, s_, h = _strides3(n, st)
+            setattr(p, f"{n}_batch_stride", b)
+            setattr(p, f"{n}_seq_stride", s_)
+            setattr(p, f"{n}_head_stride", h)
+    p.causal = int(bool(causal))
+    p.window_left, p.window_right = int(window[0]), int(window[1])
+    p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    p.deterministic = int(bool(deterministic))
+    return p
+
+
+# ---------------------------------------------------------------------------------
+# Plans and calls on raw pointers (or torch tensors).
+# ---------------------------------------------------------------------------------
+def _is_tensor(x):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _ptr(x):
+    """A device pointer from an int, None (NULL) or a torch tensor."""
+    if x is None:
+        return None
+    if _is_tensor(x):
+        return x.data_ptr() or None
+    return int(x)
+
+
+def _stream(stream):
+    """A cudaStream_t value from None (legacy default stream), an int, or a
+    torch.cuda.Stream."""
+    if stream is None:
+        return None
+    return int(getattr(stream, "cuda_stream", stream)) or None
+
+
+class Plan:
+    """An fa2_plan_t and the library it came from. Fields of the C struct read as
+    attributes (plan.block_m, plan.bwd_workspace_bytes, plan.problem.head_dim, ...)."""
+
+    def __init__(self, lib, raw):
+        self.lib = lib
+        self.raw = raw
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["raw"], name)
+
+    def __repr__(self):
+        return f"<fa2.Plan {_struct_repr(self.raw)}>"
+
+    def forward(self, q, k, v, o, lse=None, workspace=None, workspace_bytes=None,
+                stream=None):
+        """fa2_forward on device pointers (ints) or torch tensors laid out as the plan's
+        problem says. Asynchronous on `stream` (an int cudaStream_t, a torch stream, or
+        None for the legacy default stream)."""
+        if workspace_bytes is None:
+            workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) else 0
+        self.lib.check(self.lib.cdll.fa2_forward(
+            ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse),
+            _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward")
+
+    def backward(self, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes=None,
+                 stream=None):
+        """fa2_backward: dQ, dK, dV from Q, K, V, O, dO and the forward's LSE. The
+        workspace holds plan.bwd_workspace_bytes bytes (default workspace_bytes: the
+        tensor's size, or plan.bwd_workspace_bytes for a raw pointer)."""
+        if workspace_bytes is None:
+            workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) \
+                else self.raw.bwd_workspace_bytes
+        self.lib.check(self.lib.cdll.fa2_backward(
+            ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(d_o), _ptr(lse),
+            _ptr(dq), _ptr(dk), _ptr(dv), _ptr(workspace), workspace_bytes,
+            _stream(stream)), "fa2_backward")
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def plan(problem, device=None, lib=None):
+    """fa2_plan on the default library: see Library.plan."""
+    return (lib or library()).plan(problem, device)
+
+
+# ---------------------------------------------------------------------------------
+# torch: tensors in, tensors out, autograd.
+# ---------------------------------------------------------------------------------
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("fa2's tensor helpers need PyTorch; the raw-pointer API "
+                          "(make_problem, plan, Plan.forward) does not") from None
+    return torch
+
+
+_PLAN_CACHE_MAX = 256
+_plan_cache = {}
+
+
+def _check_tensors(q, k, v):
+    torch = _torch()
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise Fa2ShapeError(f"{n} is a {type(t).__name__}, not a torch.Tensor")
+        if not t.is_cuda:
+            raise Fa2ShapeError(f"{n} is on {t.device}, not on a CUDA device")
+        if t.dtype not in (torch.float16, torch.bfloat16):
+            raise Fa2ShapeError(f"{n} has dtype {t.dtype}: fp16 or bf16 only")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise Fa2ShapeError(f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise Fa2ShapeError(f"devices differ: q {q.device}, k {k.device}, v {v.device}")
+
+
+def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=None,
+             deterministic=False, lib=None):
+    """The Plan for torch tensors (cached per shapes, strides, dtype, options, device).
+    The backward uses the same plan: dO has O's strides, dQ Q's, dK K's, dV V's."""
+    lib = lib or library()
+    o_shape, o_strides = (tuple(q.shape), None) if o is None else (tuple(o.shape), o.stride())
+    key = (id(lib), q.device.index, str(q.dtype), tuple(q.shape), q.stride(), tuple(k.shape),
+           k.stride(), tuple(v.shape), v.stride(), o_shape, o_strides, bool(causal),
+           tuple(window), softmax_scale, bool(deterministic))
+    p = _plan_cache.get(key)
+    if p is None:
+        problem = make_problem(q.dtype, q.shape, k.shape, v.shape, o_shape,
+                               q_strides=q.stride(), k_strides=k.stride(),
+                               v_strides=v.stride(), o_strides=o_strides, causal=causal,
+                               window=window, softmax_scale=softmax_scale,
+                               deterministic=deterministic, lib=lib)
+        p = lib.plan(problem, q.device.index)
+        with _lock:
+            if len(_plan_cache) >= _PLAN_CACHE_MAX:
+                _plan_cache.clear()
+            _plan_cache[key] = p
+    return p
+
+
+def _empty_as(t):
+    """A new tensor with t's shape and strides (dense for dense t; for a strided view,
+    storage spanning the view's extent)."""
+    torch = _torch()
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+
+
+def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=None,
+            return_lse=False, deterministic=False, lib=None):
+    """Attention forward on torch tensors: q [b, sq, hq, d], k/v [b, sk, hkv, d] (BSHD
+    views, any strides with head_dim stride 1). Runs on the current stream of q's
+    device. Returns o (like q, or `out`), and lse float32 [b, hq, sq] when
+    return_lse=True."""
+    torch = _torch()
+    _check_tensors(q, k, v)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    p = plan_for(q, k, v, out, causal=causal, window=window, softmax_scale=softmax_scale,
+                 deterministic=deterministic, lib=lib)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32,
+                      device=q.device) if return_lse else None
+    with torch.cuda.device(q.device):
+        p.forward(q, k, v, out, lse, stream=torch.cuda.current_stream(q.device))
+    return (out, lse) if return_lse else out
+
+
+def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_scale=None,
+             deterministic=False, dq=None, dk=None, dv=None, lib=None):
+    """Attention backward on torch tensors: returns (dq, dk, dv), with q's, k's and v's
+    strides. `o` and `lse` come from forward(..., return_lse=True) with the same
+    options. dO is copied to O's strides when its own differ."""
+    torch = _torch()
+    _check_tensors(q, k, v)
+    p = plan_for(q, k, v, o, causal=causal, window=window, softmax_scale=softmax_scale,
+                 deterministic=deterministic, lib=lib)
+    if d_o.shape != o.shape:
+        raise Fa2ShapeError(f"d_o has shape {tuple(d_o.shape)}, o has {tuple(o.shape)}")
+    if d_o.dtype != o.dtype:
+        d_o = d_o.to(o.dtype)
+    if d_o.stride() != o.stride():
+        d_o = _empty_as(o).copy_(d_o)
+    if lse is None or lse.dtype != torch.float32 or not lse.is_contiguous() or \
+            tuple(lse.shape) != (q.shape[0], q.shape[2], q.shape[1]):
+        raise Fa2ShapeError("lse must be the forward's float32 [batch, heads_q, seqlen_q] "
+                            "contiguous tensor (forward(..., return_lse=True))")
+    dq = _empty_as(q) if dq is None else dq
+    dk = _empty_as(k) if dk is None else dk
+    dv = _empty_as(v) if dv is None else dv
+    for n, g, t in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        if g.shape != t.shape or g.stride() != t.stride() or g.dtype != t.dtype:
+            raise Fa2ShapeError(f"{n} must have the shape, strides and dtype of {n[1:]}")
+    workspace = torch.empty(max(int(p.bwd_workspace_bytes), 16), dtype=torch.uint8,
+                            device=q.device)
+    with torch.cuda.device(q.device):
+        p.backward(q, k, v, o, d_o, lse, dq, dk, dv, workspace,
+                   stream=torch.cuda.current_stream(q.device))
+    return dq, dk, dv
+
+
+_function_class = None
+
+
+def _attention_function():
+    """Fa2AttentionFunction, built on first use so that importing fa2 needs no torch."""
+    global _function_class
+    if _function_class is not None:
+        return _function_class
+    torch = _torch()
+
+    class Fa2AttentionFunction(torch.autograd.Function):
+        """o = attention(q, k, v): the forward saves O and the LSE, the backward calls
+        fa2_backward with a workspace of plan.bwd_workspace_bytes."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, causal, window, softmax_scale, deterministic):
+            o, lse = forward(q, k, v, causal=causal, window=window,
+                             softmax_scale=softmax_scale, deterministic=deterministic,
+                             return_lse=True)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.options = dict(causal=causal, window=window, softmax_scale=softmax_scale,
+                               deterministic=deterministic)
+            return o
+
+        @staticmethod
+        def backward(ctx, d_o):
+            q, k, v, o, lse = ctx.saved_tensors
+            dq, dk, dv = backward(d_o, q, k, v, o, lse, **ctx.options)
+            return dq, dk, dv, None, None, None, None
+
+    _function_class = Fa2AttentionFunction
+    return _function_class
+
+
+def attention(q, k, v, causal=False, *, window=(-1, -1), softmax_scale=None,
+              deterministic=False):
+    """softmax(scale * q k^T + mask) v on BSHD torch tensors, differentiable.
+    q [b, sq, hq, d], k/v [b, sk, hkv, d], hq a multiple of hkv (GQA/MQA). Causal
+    masks are bottom-right aligned when sq != sk (FlashAttention-2 >= 2.1). Tensors
+    whose head_dim stride is not 1 are made contiguous first."""
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    return _attention_function().apply(q, k, v, bool(causal), tuple(window), softmax_scale,
+                                       bool(deterministic))
+
+
+def __getattr__(name):  # PEP 562: fa2.Fa2AttentionFunction builds the class lazily
+    if name == "Fa2AttentionFunction":
+        return _attention_function()
+    raise AttributeError(f"module 'fa2' has no attribute {name!r}")

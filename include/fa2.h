@@ -139,7 +139,7 @@ typedef struct fa2_problem_t {
     int64_t k_batch_stride, k_seq_stride, k_head_stride;
     int64_t v_batch_stride, v_seq_stride, v_head_stride;
     int64_t o_batch_stride, o_seq_stride, o_head_stride;
-    int32_t deterministic;   /* 0 or 1: backward bit-identical run to run (see fa2_backward) */
+    int32_t deterministic;   /* 1: backward bit-identical run to run (see fa2_backward) */
     int32_t reserved1;       /* zero */
 } fa2_problem_t;
 
@@ -218,8 +218,11 @@ FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const vo
  * summed over the query heads that share a K/V head. `workspace` must hold
  * plan->bwd_workspace_bytes bytes of device memory (16-byte aligned; contents need
  * not be initialised, they are scratch until the work on `stream` completes).
- * Every supported problem gives bit-identical results run to run today (no atomics);
- * `deterministic` = 1 asks for that guarantee to hold in future releases too.
+ * plan->problem.deterministic = 0 (default): dQ is accumulated with fp32 atomics in
+ * the workspace, so dQ may differ in its last bits from run to run (dK and dV never
+ * do). deterministic = 1: no atomics, dQ from a kernel of its own; bit-identical
+ * results run to run, at a cost in speed (docs/performance.md). The workspace size
+ * depends on the mode.
  * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_MISALIGNED,
  * FA2_ERROR_WORKSPACE, FA2_ERROR_SHARED_MEMORY (plan->bwd_supported = 0: the backward
  * tiles do not fit the device the plan was made for), FA2_ERROR_INVALID_SIZE (the

@@ -57,7 +57,8 @@ __device__ __forceinline__ float dot8<__half>(uint4 a, uint4 b)
 constexpr int kDotWarps = 8;
 
 // D[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]; one warp per row, a 16-byte
-// chunk per lane (head_dim <= 256 = 32 chunks).
+// chunk per lane (head_dim <= 256 = 32 chunks). In atomic mode also zeroes the row's
+// dQ accumulator.
 template <typename Elem>
 __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_params_t p)
 {
@@ -71,6 +72,11 @@ __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_
     const int batch = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
     const int64_t offset = batch * f.o_batch_stride + head * f.o_head_stride + i * f.o_seq_stride;
     float s = 0.f;
+    if (p.dq_accum && lane * 8 < f.head_dim) {
+        float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + row * f.head_dim + lane * 8);
+        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     if (lane * 8 < f.head_dim) {
         const uint4 o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(f.o) + offset + lane * 8);
         const uint4 d_o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(p.d_o) + offset + lane * 8);
@@ -79,6 +85,30 @@ __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_
 #pragma unroll
     for (int m = 16; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
     if (lane == 0) p.d_sum[row] = s;
+}
+
+// dQ = scale · dq_accum, to the element type and Q's strides; one warp per row.
+template <typename Elem>
+__global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bwd_params_t p)
+{
+    const fa2_fwd_params_t &f = p.fwd;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kDotWarps + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q || lane * 8 >= f.head_dim)
+        return;
+    const int i = static_cast<int>(row % f.seqlen_q);
+    const int head = static_cast<int>((row / f.seqlen_q) % f.heads_q);
+    const int batch = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + row * f.head_dim + lane * 8);
+    const float4 a = acc[0], b = acc[1];
+    const float s = f.softmax_scale;
+    uint4 out;
+    out.x = pack2<Elem>(a.x * s, a.y * s);
+    out.y = pack2<Elem>(a.z * s, a.w * s);
+    out.z = pack2<Elem>(b.x * s, b.y * s);
+    out.w = pack2<Elem>(b.z * s, b.w * s);
+    *reinterpret_cast<uint4 *>(static_cast<Elem *>(p.dq) + batch * f.q_batch_stride +
+                               head * f.q_head_stride + i * f.q_seq_stride + lane * 8) = out;
 }
 
 // Query rows [lo, hi] that can see some key of [key_first, key_last] (hi < lo: none).
@@ -90,7 +120,9 @@ __device__ __forceinline__ void query_range(const KeyWindow &w, int seqlen_q, in
                             : seqlen_q - 1;
 }
 
-template <typename Tr>
+// kAtomicDq: also adds dS K into p.dq_accum with fp32 atomics (the dq kernel is then
+// not needed); else the dQ kernel computes dQ without atomics.
+template <typename Tr, bool kAtomicDq>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -129,6 +161,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     const uint32_t do_smem[2] = {q_smem[1] + Tr::kQBytes, q_smem[1] + 2 * Tr::kQBytes};
     float *stats = reinterpret_cast<float *>(smem + 2 * Tr::kKVBytes + 4 * Tr::kQBytes);
     // stats[buf * 2 * kBlockM + {0: lse, kBlockM: D} + column]
+    constexpr int ds_offset = Tr::kDkdvSmemBytes;  // atomic mode: dS [query][key]
 
     const Elem *q_base = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride;
     const Elem *do_base = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride;
@@ -220,10 +253,52 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
                         ds[m][n][e] = pt[m][n][e] * (ds[m][n][e] - dsum[col]);
                     }
 
+            if constexpr (kAtomicDq) {
+                // dS to shared memory as [query][key], rounded as the GEMMs see it.
+#pragma unroll
+                for (int m = 0; m < kM; ++m)
+#pragma unroll
+                    for (int n = 0; n < kN; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int key = warp * kM * 16 + m * 16 + (lane >> 2) + 8 * (e >> 1);
+                            const int query = n * 8 + 2 * (lane & 3) + (e & 1);
+                            *reinterpret_cast<Elem *>(smem + ds_offset +
+                                                      swizzled<Tr::kDsRowBytes>(query, key / 8) +
+                                                      (key % 8) * 2) = to_elem<Elem>(ds[m][n][e]);
+                        }
+            }
             gemm_pb<Elem, Tr::kRowBytes, kM, kD, Tr::kBlockM / 16>(dv, pt, do_smem[buf] + slice_bytes,
                                                                    lane);
             gemm_pb<Elem, Tr::kRowBytes, kM, kD, Tr::kBlockM / 16>(dk, ds, q_smem[buf] + slice_bytes,
                                                                    lane);
+            if constexpr (kAtomicDq) {
+                __syncthreads();  // dS complete
+                constexpr int kWM = Tr::kAtomicMTiles, kWN = Tr::kAtomicNTiles;
+                const int warp_m = warp % Tr::kAtomicWarpsM, warp_n = warp / Tr::kAtomicWarpsM;
+                float dq[kWM][kWN][4];
+                zero(dq);
+                gemm_ab<Elem, Tr::kDsRowBytes, Tr::kRowBytes, kWM, kWN, Tr::kBlockN / 16>(
+                    dq, smem_addr(smem + ds_offset) + warp_m * kWM * 16 * Tr::kDsRowBytes,
+                    k_smem, (slice * Tr::kSliceDim) / 8 + warp_n * kWN, lane);
+                const int head = kv_head * group + step / m_count;
+                float *acc = p.dq_accum +
+                             ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
+#pragma unroll
+                for (int m = 0; m < kWM; ++m)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = row0 + (warp_m * kWM + m) * 16 + (lane >> 2) + 8 * h;
+                        if (row >= f.seqlen_q) continue;
+#pragma unroll
+                        for (int n = 0; n < kWN; ++n) {
+                            const int col = slice * Tr::kSliceDim + (warp_n * kWN + n) * 8 + 2 * (lane & 3);
+                            if (col < f.head_dim)
+                                atomic_add2(acc + static_cast<int64_t>(row) * f.head_dim + col,
+                                            dq[m][n][2 * h], dq[m][n][2 * h + 1]);
+                        }
+                    }
+            }
         }
     }
 

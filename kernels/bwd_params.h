@@ -16,6 +16,8 @@ typedef struct fa2_bwd_params_t {
     void *dk;             /* strides as k */
     void *dv;             /* strides as v */
     float *d_sum;         /* workspace: rowsum(dO * O), contiguous [batch, heads_q, seqlen_q] */
+    float *dq_accum;      /* workspace: fp32 dQ / scale, [batch, heads_q, seqlen_q, head_dim];
+                             NULL in deterministic mode (dQ from its own kernel, no atomics) */
 } fa2_bwd_params_t;
 
 /* Launches the three backward kernels on `stream`. Returns a cudaError_t value. */

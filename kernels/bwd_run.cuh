@@ -1,4 +1,6 @@
-// Definition of fa2::bwd_run: D pre-pass, dK/dV kernel, dQ kernel, in stream order.
+// Definition of fa2::bwd_run, in stream order: D pre-pass (zeroing the dQ
+// accumulator in atomic mode), then either the dK/dV kernel with atomic dQ and the
+// dQ conversion, or (deterministic) the dK/dV kernel and the dQ kernel.
 #pragma once
 
 #include <stdint.h>
@@ -34,8 +36,16 @@ cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)
     if (err != cudaSuccess) return err;
 
     const int64_t n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-    err = launch(dkdv_kernel<Tr>, n_blocks * Tr::kSlices * f.heads_kv * f.batch, Tr::kThreads,
-                 Tr::kDkdvSmemBytes, stream, p);
+    const int64_t dkdv_grid = n_blocks * Tr::kSlices * f.heads_kv * f.batch;
+    if (p.dq_accum) {
+        // dQ accumulated by the dK/dV kernel with atomics, then scaled and converted.
+        err = launch(dkdv_kernel<Tr, true>, dkdv_grid, Tr::kThreads, Tr::kAtomicSmemBytes,
+                     stream, p);
+        if (err != cudaSuccess) return err;
+        return launch(dq_convert_kernel<Elem>, (rows + kDotWarps - 1) / kDotWarps,
+                      32 * kDotWarps, 0, stream, p);
+    }
+    err = launch(dkdv_kernel<Tr, false>, dkdv_grid, Tr::kThreads, Tr::kDkdvSmemBytes, stream, p);
     if (err != cudaSuccess) return err;
 
     const int64_t m_blocks = (f.seqlen_q + Tr::kDqBlockM - 1) / Tr::kDqBlockM;

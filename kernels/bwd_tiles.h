@@ -27,6 +27,13 @@ static inline int64_t fa2_bwd_dkdv_smem_bytes(int64_t smem_cols, int64_t block_n
     return (2 * block_n + 4 * block_m) * smem_cols * 2 + 4 * block_m * 4;
 }
 
+/* Extra shared memory of the dK/dV kernel when it also accumulates dQ (atomic
+ * mode): dS of one step, block_m rows of block_n keys (rows at least 128 bytes). */
+static inline int64_t fa2_bwd_ds_smem_bytes(int64_t block_n, int64_t block_m)
+{
+    return block_m * (block_n * 2 > 128 ? block_n * 2 : 128);
+}
+
 /* Shared memory of the dQ kernel: Q and dO (dq_block_m rows), K and V double
  * buffered (dq_block_n rows). */
 static inline int64_t fa2_bwd_dq_smem_bytes(int64_t smem_cols, int64_t dq_block_m,

@@ -41,7 +41,18 @@ struct BwdTraits {
     static constexpr int kMTiles = kBlockN / kWarps / 16;  // 16-key mma tiles per warp
     static constexpr int kKVBytes = kBlockN * kRowBytes;
     static constexpr int kQBytes = kBlockM * kRowBytes;
-    static constexpr int kDkdvSmemBytes = 2 * kKVBytes + 4 * kQBytes + 4 * kBlockM * 4;
+    static constexpr int kStatsBytes = 4 * kBlockM * 4;  // LSE and D, double buffered
+    static constexpr int kDkdvSmemBytes = 2 * kKVBytes + 4 * kQBytes + kStatsBytes;
+
+    // Atomic-dQ mode: dS (kBlockM query rows × kBlockN keys) goes through shared memory
+    // and the warps split dQ = dS K (kBlockM × slice) into kDqWarpsM × kDqWarpsN parts.
+    static constexpr int kDsRowBytes = kBlockN * 2 > 128 ? kBlockN * 2 : 128;
+    static constexpr int kDsBytes = kBlockM * kDsRowBytes;
+    static constexpr int kAtomicSmemBytes = kDkdvSmemBytes + kDsBytes;
+    static constexpr int kAtomicWarpsM = kWarps < kBlockM / 16 ? kWarps : kBlockM / 16;
+    static constexpr int kAtomicWarpsN = kWarps / kAtomicWarpsM;
+    static constexpr int kAtomicMTiles = kBlockM / 16 / kAtomicWarpsM;
+    static constexpr int kAtomicNTiles = kSliceDim / 8 / kAtomicWarpsN;
 
     // dQ kernel: warps own query rows.
     static constexpr int kDqBlockM = Tile::kDqBlockM;
@@ -57,6 +68,8 @@ struct BwdTraits {
                   "warps own whole 16-row mma tiles");
     static_assert(kSlices == 1 || kSliceDim % 64 == 0, "slices start on 128-byte groups");
     static_assert(kSliceDim % 16 == 0 && kBlockM % 16 == 0 && kDqBlockN % 16 == 0, "k16 steps");
+    static_assert(kAtomicWarpsM * kAtomicWarpsN == kWarps && kAtomicNTiles % 2 == 0,
+                  "dQ = dS K splits evenly over the warps");
 };
 
 }  // namespace fa2

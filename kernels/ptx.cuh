@@ -109,4 +109,32 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// addr[0] += a, addr[1] += b in global memory (8-byte aligned): one vector atomic on
+// sm_90, two scalar ones before it.
+__device__ __forceinline__ void atomic_add2(float *addr, float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(addr), make_float2(a, b));
+#else
+    atomicAdd(addr, a);
+    atomicAdd(addr + 1, b);
+#endif
+}
+
+// One float → one 16-bit value, round to nearest.
+template <typename Elem>
+__device__ __forceinline__ Elem to_elem(float x);
+
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_elem<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
+template <>
+__device__ __forceinline__ __half to_elem<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+
 }  // namespace fa2

@@ -121,6 +121,38 @@ __device__ __forceinline__ void gemm_pb(float (&acc)[kM][kN][4], const float (&p
     }
 }
 
+// acc[kM][kN] += A · B, A in shared memory with rows contiguous in k (this warp's
+// first row at a_rows), B in shared memory with rows contiguous in n, read
+// transposed from column chunk b_chunk0 (any multiple of 2 chunks: a run-time value).
+template <typename Elem, int kARowBytes, int kBRowBytes, int kM, int kN, int kK>
+__device__ __forceinline__ void gemm_ab(float (&acc)[kM][kN][4], uint32_t a_rows, uint32_t b_rows,
+                                        int b_chunk0, int lane)
+{
+    static_assert(kN % 2 == 0, "B is read 16 columns at a time");
+    const uint32_t a_row = a_rows + (lane & 15) * kARowBytes;
+    const LaneChunks a_chunks(lane, lane >> 4);
+    const uint32_t b_row = b_rows + (lane & 15) * kBRowBytes;
+    const int b_chunk = b_chunk0 + (lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+        uint32_t a[kM][4];
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+            ldmatrix_x4(a[m], a_chunks.at(a_row + m * 16 * kARowBytes, kk));
+#pragma unroll
+        for (int np = 0; np < kN / 2; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, b_row + kk * 16 * kBRowBytes +
+                                     (((b_chunk + 2 * np) ^ (lane & 7)) << 4));
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+                mma_16816<Elem>(acc[m][2 * np], a[m], b[0], b[1]);
+                mma_16816<Elem>(acc[m][2 * np + 1], a[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
 // Copies rows [0, kRows) of a tile starting at `gmem` (row stride `row_stride`
 // elements) into swizzled shared memory with kThreads threads, zero-filling rows
 // >= rows_valid and columns >= cols_valid. kChunks: 16-byte chunks per row copied.

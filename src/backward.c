@@ -18,7 +18,7 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
     return fa2_fail(FA2_ERROR_SHARED_MEMORY,
                     "the backward kernels need %" PRId64 " bytes of shared memory per block "
                     "(head_dim bucket %d), more than the plan's device has, or a backward grid "
-                    "exceeds 2147483647 blocks",
+                    "exceeds 2147483647 blocks, or the workspace size overflows int64",
                     plan->bwd_smem_bytes, (int)plan->head_dim_bucket);
 }
 
@@ -66,7 +66,14 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
     p.dq = dq;
     p.dk = dk;
     p.dv = dv;
+    /* Workspace: D (fp32 per query row, padded to 256 bytes), then the fp32 dQ
+     * accumulator unless deterministic (plan_backward in plan.c sizes it). */
     p.d_sum = (float *)workspace;
+    p.dq_accum = NULL;
+    if (!plan->problem.deterministic) {
+        const int64_t rows = plan->problem.batch * plan->problem.heads_q * plan->problem.seqlen_q;
+        p.dq_accum = (float *)((char *)workspace + (rows * 4 + 255) / 256 * 256);
+    }
 
     e = fa2_bwd_launch(&p, stream);
     if (e != 0)

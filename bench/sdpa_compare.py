@@ -76,13 +76,14 @@ def check(lib, status, what):
 class Fa2Forward:
     """A planned libfa2 forward for BSHD torch tensors q [b, s, h, d], k/v [b, s, hkv, d]."""
 
-    def __init__(self, lib, q, k, causal):
+    def __init__(self, lib, q, k, causal, deterministic=False):
         self.lib = lib
         b, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
         prob = Problem()
         lib.fa2_problem_init(ctypes.byref(prob), FA2_DTYPE[q.dtype], b, sq, sk, hq, hkv, d)
         prob.causal = int(causal)
+        prob.deterministic = int(deterministic)
         info = DeviceInfo()
         check(lib, lib.fa2_device_info_query(torch.cuda.current_device(), ctypes.byref(info)),
               "fa2_device_info_query")
@@ -194,6 +195,7 @@ def main():
     ap.add_argument("--csv")
     ap.add_argument("--quick", action="store_true", help="d=128 bf16 only")
     ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--deterministic", action="store_true", help="backward without atomics")
     ap.add_argument("--dims", help="comma-separated head dims (default 64,128,256)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default 512..16384)")
     ap.add_argument("--dtypes", help="comma-separated: bf16,fp16")
@@ -235,7 +237,7 @@ def main():
             k = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
             v = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
             sets.append((q, k, v, torch.empty_like(q)))
-        fa2 = Fa2Forward(lib, sets[0][0], sets[0][1], causal)
+        fa2 = Fa2Forward(lib, sets[0][0], sets[0][1], causal, args.deterministic)
         q, k, v, o = sets[0]
         o.fill_(float("nan"))
         fa2(q, k, v, o)

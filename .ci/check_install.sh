@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Packaging check, run by .ci/run after the tests: install a build directory to a
+# temporary prefix, check that libfa2.so exports only fa2_* symbols, then configure,
+# build and run the three consumers in examples/ against that prefix alone:
+# consumer_c (find_package, fa2::fa2), consumer_cxx (find_package, fa2::fa2_static),
+# consumer_make (pkg-config, shared and static), and import python/fa2.py from the
+# prefix. The consumers exit 0 without a GPU after planning and an error path.
+#
+#   .ci/check_install.sh [build-dir]     (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+
+step() { echo; echo "== $*"; }
+
+step "install $build -> temporary prefix"
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; exit 1; }
+(cd "$prefix" && find . -type f -o -type l | sort | sed 's/^\.\//  /')
+
+lib=$(find "$prefix" -name libfa2.so -print -quit)
+libdir=$(dirname "$lib")
+step "exported symbols of the installed libfa2.so"
+cmake -DLIB="$lib" -P cmake/check_exports.cmake
+readelf -d "$lib" | grep SONAME
+
+for c in consumer_c consumer_cxx; do
+    step "examples/$c: find_package(fa2) with CMAKE_PREFIX_PATH=<prefix>"
+    cmake -S "examples/$c" -B "$tmp/$c" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
+        >"$tmp/$c.log" 2>&1 || { cat "$tmp/$c.log"; exit 1; }
+    cmake --build "$tmp/$c" >>"$tmp/$c.log" 2>&1 || { cat "$tmp/$c.log"; exit 1; }
+    "$tmp/$c/fa2_$c"
+done
+
+step "examples/consumer_make: Makefile + pkg-config, PKG_CONFIG_PATH=<prefix>"
+command -v pkg-config >/dev/null 2>&1 || { echo "pkg-config is missing" >&2; exit 1; }
+cp -r examples/consumer_make "$tmp/consumer_make"
+export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+echo "pkg-config --cflags --libs fa2: $(pkg-config --cflags --libs fa2)"
+echo "pkg-config --static --libs fa2: $(pkg-config --static --libs fa2)"
+make -s -C "$tmp/consumer_make" run run-static
+
+step "python: fa2.py from the prefix finds the prefix's libfa2"
+env -u FA2_LIBRARY python3 -B -c "
+import sys; sys.path.insert(0, '$prefix/share/fa2/python')
+import fa2
+lib = fa2.library()
+assert lib.path.startswith('$prefix'), lib.path
+print('fa2.py loaded', lib.path, 'version', lib.version_string())"
+
+echo
+echo "packaging check: OK (install, exports, 3 consumers, python)"

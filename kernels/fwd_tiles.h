@@ -9,7 +9,8 @@
 /* (head_dim_bucket, block_m (Br), block_n (Bc), warps). Each can be overridden at
  * configure time for tuning (CMake -DFA2_TILE_D128="128,64,64,4" writes
  * fa2_tile_overrides.h); planner and kernels always see the same values. */
-#ifdef FA2_TILE_OVERRIDES
+#if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
+#define FA2_TILE_OVERRIDES_INCLUDED
 #include "fa2_tile_overrides.h"
 #endif
 #ifndef FA2_TILE_D32

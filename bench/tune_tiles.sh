@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Forward tile sweep on the GPU machine: builds libfa2 once per tile variant (CMake
-# -DFA2_TILE_D<d>=..., planner and kernels agree) and times each with sdpa_compare.py.
-#   bench/tune_tiles.sh 128 "128,128,32,4" "128,128,64,8" ...   (d, then variants "d,Br,Bc,warps")
-# Results: $OUT/tune_d<d>.log (or ./tune_d<d>.log without $OUT).
+# Tile sweep on the GPU machine: builds libfa2 once per variant through the CMake tile
+# overrides (planner and kernels agree) and times it with sdpa_compare.py.
+#   bench/tune_tiles.sh FA2_TILE_D256=256,64,32,4 FA2_BWD_TILE_D128=128,128,32,8,1,64,32,4 ...
+# A forward variant (FA2_TILE_*) is timed forward only; a backward one (FA2_BWD_TILE_*)
+# forward and backward. FA2_TUNE_SEQLENS (default 8192). Log: $OUT/tune.log.
 set -uo pipefail
-d=$1; shift
 out=${OUT:-.}
-seqlens=${FA2_TUNE_SEQLENS:-1024,8192}
-for tile in "$@"; do
-  dir=build-tune-${tile//,/_}
+seqlens=${FA2_TUNE_SEQLENS:-8192}
+for variant in "$@"; do
+  var=${variant%%=*}
+  tile=${variant#*=}
+  d=${tile%%,*}
+  dir=build-tune-${var}-${tile//,/_}
+  extra=--no-backward
+  [[ $var == FA2_BWD_TILE_* ]] && extra=
   cmake -S . -B "$dir" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real -DFA2_BUILD_TESTS=OFF \
-    -DFA2_BUILD_BENCH=OFF "-DFA2_TILE_D$d=$tile" > "$dir.cfg.log" 2>&1 &&
+    -DFA2_BUILD_BENCH=OFF "-D$var=$tile" > "$dir.cfg.log" 2>&1 &&
     cmake --build "$dir" -j16 --target fa2 > "$dir.build.log" 2>&1 ||
-    { echo "tile $tile: build failed"; tail -5 "$dir.build.log"; continue; }
-  grep -h "spill" "$dir.build.log" | sort -u | head -3
-  echo "== d=$d tile $tile"
+    { echo "$variant: build failed"; tail -5 "$dir.build.log"; continue; }
+  echo "== $variant $(grep -c 'spill' "$dir.build.log") spill warnings"
   PYTHONUNBUFFERED=1 python3 bench/sdpa_compare.py --lib "$dir/libfa2.so" --dims "$d" \
-    --seqlens "$seqlens" --dtypes bf16 --no-backward 2>&1 | tail -n +2
-done | tee "$out/tune_d$d.log"
+    --seqlens "$seqlens" --dtypes bf16 $extra 2>&1 | tail -n +2
+done | tee "$out/tune.log"

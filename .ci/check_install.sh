@@ -2,7 +2,7 @@
 # Packaging check, run by .ci/run after the tests: install a build directory to a
 # temporary prefix, check that libfa2.so exports only fa2_* symbols, then configure,
 # build and run the three consumers in examples/ against that prefix alone:
-# consumer_c (find_package, fa2::fa2), consumer_cxx (find_package, fa2::fa2_static),
+# consumer_c (find_package, fa2::fa2 and fa2::fa2_static), consumer_cxx (find_package, fa2::fa2_static),
 # consumer_make (pkg-config, shared and static), and import python/fa2.py from the
 # prefix. The consumers exit 0 without a GPU after planning and an error path.
 #
@@ -28,12 +28,14 @@ step "exported symbols of the installed libfa2.so"
 cmake -DLIB="$lib" -P cmake/check_exports.cmake
 readelf -d "$lib" | grep SONAME
 
-for c in consumer_c consumer_cxx; do
-    step "examples/$c: find_package(fa2) with CMAKE_PREFIX_PATH=<prefix>"
-    cmake -S "examples/$c" -B "$tmp/$c" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
-        >"$tmp/$c.log" 2>&1 || { cat "$tmp/$c.log"; exit 1; }
-    cmake --build "$tmp/$c" >>"$tmp/$c.log" 2>&1 || { cat "$tmp/$c.log"; exit 1; }
-    "$tmp/$c/fa2_$c"
+# consumer_c twice: fa2::fa2 (shared), then fa2::fa2_static from a C-only project.
+for run in consumer_c:OFF consumer_c:ON consumer_cxx:ON; do
+    c=${run%:*} static=${run#*:}
+    step "examples/$c: find_package(fa2) with CMAKE_PREFIX_PATH=<prefix> (static=$static)"
+    cmake -S "examples/$c" -B "$tmp/$c-$static" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
+        -DFA2_CONSUMER_STATIC="$static" >"$tmp/$c.log" 2>&1 || { cat "$tmp/$c.log"; exit 1; }
+    cmake --build "$tmp/$c-$static" >>"$tmp/$c.log" 2>&1 || { cat "$tmp/$c.log"; exit 1; }
+    "$tmp/$c-$static/fa2_$c"
 done
 
 step "examples/consumer_make: Makefile + pkg-config, PKG_CONFIG_PATH=<prefix>"

@@ -11,6 +11,13 @@ set(FA2_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/fa2" CACHE STRING
 set(FA2_INSTALL_PKGCONFIGDIR "${CMAKE_INSTALL_LIBDIR}/pkgconfig" CACHE STRING
     "Where fa2.pc goes, relative to the install prefix")
 
+# libfa2.a's kernel objects come from nvcc, whose host compiler is g++: they use the
+# C++ runtime (static-local guards), which a C consumer's linker does not add itself.
+# CUDA::cudart is in the interface already (root CMakeLists.txt).
+if(UNIX AND NOT APPLE)
+  target_link_libraries(fa2_static INTERFACE stdc++ m)
+endif()
+
 install(TARGETS fa2 fa2_static EXPORT fa2Targets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -1,0 +1,65 @@
+/* FUZZ-ONLY SHIM — test code, never part of libfa2.
+ *
+ * Stands in for the two kernel launchers (kernels/fwd_launch.cu, bwd_launch.cu) and
+ * the four CUDA runtime calls the host sources make (src/device.c, forward.c,
+ * backward.c), so that fuzz_plan links the real host C code without a GPU, nvcc
+ * objects or libcudart. The harness sets what the fakes return and reads back what
+ * the launchers were given (fuzz_shim.h). */
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "bwd_params.h"
+#include "fuzz_shim.h"
+
+fuzz_shim_t g_shim;
+
+int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
+{
+    (void)stream;
+    g_shim.fwd_calls++;
+    memcpy(&g_shim.fwd, p, sizeof *p);
+    return g_shim.launch_error;
+}
+
+int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
+{
+    (void)stream;
+    g_shim.bwd_calls++;
+    memcpy(&g_shim.bwd, p, sizeof *p);
+    return g_shim.launch_error;
+}
+
+cudaError_t CUDARTAPI cudaGetDeviceCount(int *count)
+{
+    if (g_shim.count_error)
+        return (cudaError_t)g_shim.count_error;
+    *count = g_shim.device_count;
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+    (void)device;
+    if (g_shim.attr_error)
+        return (cudaError_t)g_shim.attr_error;
+    switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = g_shim.attr[0]; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = g_shim.attr[1]; break;
+    case cudaDevAttrMultiProcessorCount: *value = g_shim.attr[2]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = g_shim.attr[3]; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = g_shim.attr[4]; break;
+    default: *value = 0; break;
+    }
+    return cudaSuccess;
+}
+
+const char *CUDARTAPI cudaGetErrorString(cudaError_t error)
+{
+    return error == cudaSuccess ? "no error (fuzz shim)" : "an error (fuzz shim)";
+}
+
+const char *CUDARTAPI cudaGetErrorName(cudaError_t error)
+{
+    return error == cudaSuccess ? "cudaSuccess" : "cudaErrorFuzzShim";
+}

@@ -1,0 +1,309 @@
+/* libFuzzer harness over libfa2's host API: fa2_plan (validation + planner), the
+ * argument checks of fa2_forward / fa2_backward, and fa2_device_info_query, on
+ * arbitrary bytes. Built with clang -fsanitize=fuzzer,address,undefined against the
+ * real host sources (src/) and the fuzz-only cuda_shim.c (no GPU, no CUDA library).
+ *
+ * Input layout (missing bytes read as 0):
+ *   [0]      flags: bit0 fix problem.struct_size, bit1 fix device.struct_size,
+ *                   bit2 XOR the next bytes onto a valid problem/device instead of
+ *                        taking them raw (all-zero bytes = a valid H200 problem),
+ *                   bit3 the launchers fail (cudaErrorInvalidValue),
+ *                   bit4 cudaGetDeviceCount fails, bit5 cudaDeviceGetAttribute fails
+ *   then     sizeof(fa2_problem_t) bytes, sizeof(fa2_device_info_t) bytes,
+ *            15 pointer bytes (q k v o lse | q k v o d_o lse dq dk dv ws: 0xFF = NULL,
+ *            else a fake address 0x100000*(i+1) + byte % 32),
+ *            8 bytes workspace_bytes, 4 bytes device count, 5 x 4 bytes attributes.
+ *
+ * Invariants (abort on violation, so libFuzzer reports and saves the input):
+ *  - fa2_plan: on failure the poisoned plan is byte-identical and the message is not
+ *    empty; on success the message is empty and the plan fits the device it was given
+ *    (smem_bytes <= smem_per_block_optin), block_m and block_n are multiples of 16,
+ *    grid_blocks == batch * heads_q * ceil(seqlen_q / block_m) <= 2^31-1, the problem
+ *    is copied unchanged (scale resolved), and the backward fields agree with
+ *    bwd_supported.
+ *  - fa2_forward / fa2_backward on a successful plan: the status an independent model
+ *    of the documented checks predicts; the launcher called exactly when it returns
+ *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan.
+ *  - fa2_device_info_query: info untouched on failure, the fake's values on success. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fa2.h"
+#include "fuzz_shim.h"
+
+#define CHECK(cond)                                                                       \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "fuzz_plan: invariant violated at %s:%d: %s (last error \"%s\")\n", \
+                    __FILE__, __LINE__, #cond, fa2_last_error());                         \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+typedef struct reader_t {
+    const uint8_t *data;
+    size_t size, at;
+} reader_t;
+
+static void take(reader_t *r, void *out, size_t n)
+{
+    memset(out, 0, n);
+    if (r->at < r->size) {
+        size_t k = r->size - r->at < n ? r->size - r->at : n;
+        memcpy(out, r->data + r->at, k);
+    }
+    r->at += n;
+}
+
+static void xor_bytes(void *dst, const void *src, size_t n)
+{
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    for (size_t i = 0; i < n; ++i)
+        d[i] ^= s[i];
+}
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* ---- fa2_plan ----------------------------------------------------------------------- */
+
+static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
+                       const fa2_plan_t *pl)
+{
+    const fa2_problem_t *q = &pl->problem;
+    CHECK(pl->struct_size == sizeof(fa2_plan_t));
+    CHECK(fa2_last_error()[0] == '\0');
+    CHECK(dev->cc_major >= 8);
+    /* the problem as given, scale resolved */
+    CHECK(q->struct_size == sizeof(fa2_problem_t));
+    CHECK(q->dtype == pr->dtype && q->causal == pr->causal && q->batch == pr->batch);
+    CHECK(q->seqlen_q == pr->seqlen_q && q->seqlen_k == pr->seqlen_k);
+    CHECK(q->heads_q == pr->heads_q && q->heads_kv == pr->heads_kv);
+    CHECK(q->head_dim == pr->head_dim && q->window_left == pr->window_left &&
+          q->window_right == pr->window_right);
+    CHECK(memcmp(&q->q_batch_stride, &pr->q_batch_stride, 12 * sizeof(int64_t)) == 0);
+    CHECK(q->deterministic == pr->deterministic);
+    CHECK(isfinite(q->softmax_scale) && q->softmax_scale > 0.0f);
+    CHECK(pr->softmax_scale == 0.0f || q->softmax_scale == pr->softmax_scale);
+    /* accepted ranges */
+    CHECK(q->dtype == FA2_DTYPE_FP16 || q->dtype == FA2_DTYPE_BF16);
+    CHECK(q->batch >= 1 && q->batch <= INT32_MAX);
+    CHECK(q->seqlen_q >= 1 && q->seqlen_q <= INT32_MAX);
+    CHECK(q->seqlen_k >= 0 && q->seqlen_k <= INT32_MAX);
+    CHECK(q->heads_q >= 1 && q->heads_q <= INT32_MAX);
+    CHECK(q->heads_kv >= 1 && q->heads_q % q->heads_kv == 0);
+    CHECK(q->head_dim >= 8 && q->head_dim <= 256 && q->head_dim % 8 == 0);
+    CHECK(q->causal == 0 || q->causal == 1);
+    CHECK(q->window_left >= -1 && q->window_left <= INT32_MAX);
+    CHECK(q->window_right >= -1 && q->window_right <= INT32_MAX);
+    CHECK(!q->causal || q->window_right <= 0);
+    CHECK(q->deterministic == 0 || q->deterministic == 1);
+    for (int i = 0; i < 12; ++i) {
+        int64_t s;
+        memcpy(&s, (const char *)&q->q_batch_stride + i * sizeof(int64_t), sizeof s);
+        CHECK(s >= 0 && s % 8 == 0);
+    }
+    /* forward tiles fit the device given */
+    CHECK(pl->head_dim_bucket >= q->head_dim && pl->head_dim_bucket <= 256);
+    CHECK(pl->block_m > 0 && pl->block_m % 16 == 0);
+    CHECK(pl->block_n > 0 && pl->block_n % 16 == 0);
+    CHECK(pl->warps >= 1 && pl->warps <= 32);
+    CHECK(pl->smem_bytes > 0 && pl->smem_bytes <= dev->smem_per_block_optin);
+    CHECK(pl->grid_blocks == q->batch * q->heads_q * ceil_div(q->seqlen_q, pl->block_m));
+    CHECK(pl->grid_blocks >= 1 && pl->grid_blocks <= INT32_MAX);
+    CHECK(pl->workspace_bytes == 0);
+    CHECK(pl->block_m_rule >= FA2_RULE_SEED_SRAM && pl->block_m_rule <= FA2_RULE_KERNEL_TILE);
+    CHECK(pl->block_n_rule >= FA2_RULE_SEED_SRAM && pl->block_n_rule <= FA2_RULE_KERNEL_TILE);
+    CHECK(pl->sram_elements == dev->smem_per_block_optin / 2);
+    CHECK(pl->seed_bc <= pl->seed_br && pl->seed_bc <= pl->head_dim_bucket);
+    /* backward: consistent with bwd_supported */
+    CHECK(pl->bwd_supported == 0 || pl->bwd_supported == 1);
+    /* at least D = rowsum(dO * O), fp32 per query row (plus scratch the kernels may add) */
+    CHECK(pl->bwd_workspace_bytes >= 0);
+    if (pl->bwd_supported) {
+        CHECK(pl->bwd_workspace_bytes >= q->batch * q->heads_q * q->seqlen_q * 4);
+        CHECK(pl->bwd_block_n > 0 && pl->bwd_block_n % 16 == 0);
+        CHECK(pl->bwd_block_m > 0 && pl->bwd_block_m % 16 == 0);
+        CHECK(pl->bwd_dq_block_m > 0 && pl->bwd_dq_block_m % 16 == 0);
+        CHECK(pl->bwd_dq_block_n > 0 && pl->bwd_dq_block_n % 16 == 0);
+        CHECK(pl->bwd_smem_bytes > 0 && pl->bwd_smem_bytes <= dev->smem_per_block_optin);
+        CHECK(ceil_div(q->seqlen_q, pl->bwd_dq_block_m) * q->heads_q * q->batch <= INT32_MAX);
+        CHECK(ceil_div(q->seqlen_k, pl->bwd_block_n) * q->heads_kv * q->batch <= INT32_MAX);
+    }
+    /* !bwd_supported: fa2_backward must refuse the plan (fuzz_backward checks it) */
+}
+
+/* ---- fa2_forward / fa2_backward against a model of their documented checks ---------- */
+
+static void *fake_ptr(uint8_t b, int i)
+{
+    return b == 0xFF ? NULL : (void *)(uintptr_t)(0x100000u * (uintptr_t)(i + 1) + b % 32u);
+}
+
+static int misaligned(const void *p, uintptr_t a)
+{
+    return (uintptr_t)p % a != 0;
+}
+
+static void check_fwd_params(const fa2_plan_t *pl, const fa2_fwd_params_t *p)
+{
+    const fa2_problem_t *q = &pl->problem;
+    CHECK(p->batch == q->batch && p->heads_q == q->heads_q && p->heads_kv == q->heads_kv);
+    CHECK(p->seqlen_q == q->seqlen_q && p->seqlen_k == q->seqlen_k);
+    CHECK(p->head_dim == q->head_dim && p->head_dim_bucket == pl->head_dim_bucket);
+    CHECK(p->is_bf16 == (q->dtype == FA2_DTYPE_BF16));
+    CHECK(p->window_left == q->window_left);
+    CHECK(p->window_right == (q->causal ? 0 : q->window_right));
+    CHECK(p->softmax_scale == q->softmax_scale);
+    CHECK(memcmp(&p->q_batch_stride, &q->q_batch_stride, 12 * sizeof(int64_t)) == 0);
+}
+
+static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails)
+{
+    void *q = fake_ptr(pb[0], 0), *k = fake_ptr(pb[1], 1), *v = fake_ptr(pb[2], 2),
+         *o = fake_ptr(pb[3], 3);
+    float *lse = fake_ptr(pb[4], 4);
+    fa2_status_t want = FA2_SUCCESS, got;
+    if (!q || !k || !v || !o)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
+             misaligned(o, 16) || misaligned(lse, 4))
+        want = FA2_ERROR_MISALIGNED;
+    else if (launch_fails)
+        want = FA2_ERROR_CUDA;
+    g_shim.fwd_calls = 0;
+    got = fa2_forward(pl, q, k, v, o, lse, NULL, 0, NULL);
+    CHECK(got == want);
+    CHECK(g_shim.fwd_calls == (want == FA2_SUCCESS || want == FA2_ERROR_CUDA));
+    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
+    if (g_shim.fwd_calls) {
+        check_fwd_params(pl, &g_shim.fwd);
+        CHECK(g_shim.fwd.q == q && g_shim.fwd.o == o && g_shim.fwd.lse == lse);
+    }
+}
+
+static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_bytes,
+                          int launch_fails)
+{
+    void *p[10];
+    fa2_status_t want = FA2_SUCCESS, got;
+    int any_null = 0, any_mis = 0;
+    for (int i = 0; i < 10; ++i) {
+        p[i] = fake_ptr(pb[5 + i], 5 + i);
+        any_null |= i < 9 && p[i] == NULL;
+        any_mis |= misaligned(p[i], i == 5 ? 4 : 16); /* lse: 4 bytes */
+    }
+    if (any_null)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (!pl->bwd_supported)
+        want = pl->bwd_block_n == 0 ? FA2_ERROR_UNSUPPORTED_HEAD_DIM : FA2_ERROR_SHARED_MEMORY;
+    else if (any_mis)
+        want = FA2_ERROR_MISALIGNED;
+    else if (!p[9] || ws_bytes < (uint64_t)pl->bwd_workspace_bytes)
+        want = FA2_ERROR_WORKSPACE;
+    else if (launch_fails)
+        want = FA2_ERROR_CUDA;
+    g_shim.bwd_calls = 0;
+    got = fa2_backward(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5], p[6], p[7],
+                       p[8], p[9], (size_t)ws_bytes, NULL);
+    CHECK(got == want);
+    CHECK(g_shim.bwd_calls == (want == FA2_SUCCESS || want == FA2_ERROR_CUDA));
+    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
+    if (g_shim.bwd_calls) {
+        check_fwd_params(pl, &g_shim.bwd.fwd);
+        CHECK(g_shim.bwd.dq == p[6] && g_shim.bwd.dk == p[7] && g_shim.bwd.dv == p[8]);
+        CHECK(g_shim.bwd.d_sum == p[9] && g_shim.bwd.fwd.lse == p[5]);
+    }
+}
+
+/* ---- fa2_device_info_query ---------------------------------------------------------- */
+
+static void fuzz_query(int count_fails, int attr_fails, int32_t count, const int32_t attr[5])
+{
+    fa2_device_info_t info, poison;
+    fa2_status_t s;
+    g_shim.count_error = count_fails ? 35 /* cudaErrorInsufficientDriver */ : 0;
+    g_shim.attr_error = attr_fails ? 1 /* cudaErrorInvalidValue */ : 0;
+    g_shim.device_count = count;
+    memcpy(g_shim.attr, attr, sizeof g_shim.attr);
+    memset(&info, 0x5A, sizeof info);
+    poison = info;
+    s = fa2_device_info_query(0, &info);
+    if (s == FA2_SUCCESS) {
+        CHECK(!count_fails && !attr_fails && count > 0);
+        CHECK(info.struct_size == sizeof info && info.cc_major == attr[0] &&
+              info.cc_minor == attr[1] && info.sm_count == attr[2] &&
+              info.smem_per_block_optin == attr[3] && info.smem_per_sm == attr[4]);
+        CHECK(fa2_last_error()[0] == '\0');
+    } else {
+        CHECK(s == (count_fails || count <= 0 ? FA2_ERROR_NO_DEVICE : FA2_ERROR_CUDA));
+        CHECK(memcmp(&info, &poison, sizeof info) == 0);
+        CHECK(fa2_last_error()[0] != '\0');
+    }
+    CHECK(fa2_device_info_query(0, NULL) == FA2_ERROR_NULL_POINTER);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    reader_t r = {data, size, 0};
+    uint8_t flags, ptrs[15];
+    uint64_t ws_bytes;
+    int32_t count, attr[5];
+    fa2_problem_t pr;
+    fa2_device_info_t dev;
+    fa2_plan_t plan, poison;
+    fa2_status_t s;
+
+    take(&r, &flags, 1);
+    take(&r, &pr, sizeof pr);
+    take(&r, &dev, sizeof dev);
+    take(&r, ptrs, sizeof ptrs);
+    take(&r, &ws_bytes, sizeof ws_bytes);
+    take(&r, &count, sizeof count);
+    take(&r, attr, sizeof attr);
+
+    if (flags & 4) {
+        fa2_problem_t base;
+        const fa2_device_info_t h200 = {sizeof(fa2_device_info_t), 9, 0, 132, 0, 232448,
+                                        233472};
+        fa2_problem_init(&base, FA2_DTYPE_BF16, 2, 100, 130, 8, 2, 64);
+        xor_bytes(&base, &pr, sizeof pr);
+        pr = base;
+        fa2_device_info_t d = h200;
+        xor_bytes(&d, &dev, sizeof dev);
+        dev = d;
+    }
+    if (flags & 1)
+        pr.struct_size = sizeof pr;
+    if (flags & 2)
+        dev.struct_size = sizeof dev;
+    g_shim.launch_error = (flags & 8) ? 1 /* cudaErrorInvalidValue */ : 0;
+
+    memset(&plan, 0xA5, sizeof plan);
+    poison = plan;
+    s = fa2_plan(&pr, &dev, &plan);
+    CHECK(s >= FA2_SUCCESS && s <= FA2_ERROR_CUDA);
+    if (s != FA2_SUCCESS) {
+        CHECK(memcmp(&plan, &poison, sizeof plan) == 0);
+        CHECK(fa2_last_error()[0] != '\0');
+        CHECK(strcmp(fa2_status_string(s), "unknown fa2_status_t") != 0);
+    } else {
+        check_plan(&pr, &dev, &plan);
+        fuzz_forward(&plan, ptrs, flags & 8);
+        fuzz_backward(&plan, ptrs, ws_bytes, flags & 8);
+    }
+    /* the NULL arguments, whatever the input */
+    CHECK(fa2_plan(NULL, &dev, &plan) == FA2_ERROR_NULL_POINTER);
+    CHECK(fa2_plan(&pr, NULL, &plan) == FA2_ERROR_NULL_POINTER);
+    CHECK(fa2_plan(&pr, &dev, NULL) == FA2_ERROR_NULL_POINTER);
+
+    fuzz_query(flags & 16, flags & 32, count, attr);
+    return 0;
+}

@@ -1,0 +1,22 @@
+/* FUZZ-ONLY: the state of cuda_shim.c, set and read by fuzz_plan.c. */
+#ifndef FA2_FUZZ_SHIM_H
+#define FA2_FUZZ_SHIM_H
+
+#include "bwd_params.h"
+
+typedef struct fuzz_shim_t {
+    /* what the fakes return */
+    int launch_error;   /* fa2_fwd_launch / fa2_bwd_launch (a cudaError_t value) */
+    int count_error;    /* cudaGetDeviceCount */
+    int device_count;
+    int attr_error;     /* cudaDeviceGetAttribute */
+    int attr[5];        /* cc major, cc minor, SMs, smem optin, smem per SM */
+    /* what the launchers saw */
+    int fwd_calls, bwd_calls;
+    fa2_fwd_params_t fwd;
+    fa2_bwd_params_t bwd;
+} fuzz_shim_t;
+
+extern fuzz_shim_t g_shim;
+
+#endif

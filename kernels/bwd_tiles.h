@@ -20,13 +20,13 @@
 #define FA2_BWD_TILE_D32 (32, 64, 64, 4, 1, 64, 64, 4)
 #endif
 #ifndef FA2_BWD_TILE_D64
-#define FA2_BWD_TILE_D64 (64, 64, 64, 4, 1, 64, 64, 4)
+#define FA2_BWD_TILE_D64 (64, 128, 64, 8, 1, 64, 64, 4)
 #endif
 #ifndef FA2_BWD_TILE_D96
 #define FA2_BWD_TILE_D96 (96, 64, 32, 4, 1, 64, 32, 4)
 #endif
 #ifndef FA2_BWD_TILE_D128
-#define FA2_BWD_TILE_D128 (128, 64, 32, 4, 1, 64, 32, 4)
+#define FA2_BWD_TILE_D128 (128, 128, 32, 8, 1, 64, 32, 4)
 #endif
 #ifndef FA2_BWD_TILE_D192
 #define FA2_BWD_TILE_D192 (192, 64, 32, 4, 3, 64, 32, 4)

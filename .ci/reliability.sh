@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# CI reliability steps (docs/reliability.md), run by .ci/run after the main build:
+#   1. build-san:  FA2_SANITIZE=ON (ASan + UBSan on the C host code and C tests),
+#                  sm_90a only, then `ctest -L cpu` there;
+#   2. build-fuzz: clang, FA2_BUILD_FUZZ=ON, only the fuzz_plan target (no CUDA code),
+#                  then `ctest -L fuzz` (about 30 s of libFuzzer on the seed corpus);
+#   3. with FA2_CI_VALGRIND=1 also build-vg: FA2_VALGRIND=ON, `ctest -L valgrind`.
+# Installs clang's runtime libraries (libclang-rt-14-dev) when libFuzzer is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+fi
+jobs=$(nproc)
+
+step() {
+    local name=$1 t0
+    shift
+    t0=$(date +%s)
+    echo "+ [$name] $*"
+    "$@"
+    echo "[$name] ok in $(( $(date +%s) - t0 )) s"
+}
+
+# libFuzzer needs clang's runtime (Debian: libclang-rt-14-dev with clang 14).
+fuzz_probe=$(mktemp -d)
+printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' \
+    >"$fuzz_probe/probe.c"
+if ! clang -fsanitize=fuzzer,address,undefined "$fuzz_probe/probe.c" -o "$fuzz_probe/probe" 2>/dev/null; then
+    echo "installing: libclang-rt-14-dev (libFuzzer runtime)"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends libclang-rt-14-dev
+fi
+rm -rf "$fuzz_probe"
+
+started=$(date +%s)
+step sanitize-configure cmake -S . -B build-san -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+    -DFA2_SANITIZE=ON -DFA2_BUILD_BENCH=OFF
+step sanitize-build cmake --build build-san -j "$jobs"
+step sanitize-ctest ctest --test-dir build-san -L cpu --output-on-failure --no-tests=error
+
+step fuzz-configure cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CUDA_ARCHITECTURES=90a-real -DFA2_BUILD_FUZZ=ON -DFA2_BUILD_TESTS=OFF \
+    -DFA2_BUILD_BENCH=OFF
+step fuzz-build cmake --build build-fuzz -j "$jobs" --target fuzz_plan
+step fuzz-ctest ctest --test-dir build-fuzz -L fuzz --output-on-failure --no-tests=error
+
+if [ "${FA2_CI_VALGRIND:-0}" = 1 ]; then
+    step valgrind-configure cmake -S . -B build-vg -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+        -DFA2_VALGRIND=ON -DFA2_BUILD_BENCH=OFF
+    step valgrind-build cmake --build build-vg -j "$jobs"
+    step valgrind-ctest ctest --test-dir build-vg -L valgrind --output-on-failure --no-tests=error
+fi
+echo "reliability steps: $(( $(date +%s) - started )) s"

@@ -51,7 +51,7 @@ class Plan(ctypes.Structure):
                [(n, ctypes.c_int32) for n in ("bwd_block_n", "bwd_block_m", "bwd_dq_block_m",
                                               "bwd_dq_block_n")] + \
                [("bwd_smem_bytes", ctypes.c_int64), ("bwd_workspace_bytes", ctypes.c_int64),
-                ("bwd_supported", ctypes.c_int32), ("reserved2", ctypes.c_int32)]
+                ("bwd_supported", ctypes.c_int32), ("bwd_status", ctypes.c_int32)]
 
 
 def load_library(path):

@@ -183,8 +183,11 @@ typedef struct fa2_plan_t {
     int32_t bwd_dq_block_n;      /* keys per inner step of the dQ kernel */
     int64_t bwd_smem_bytes;      /* dynamic shared memory per block, larger of the two */
     int64_t bwd_workspace_bytes; /* caller-provided scratch fa2_backward needs */
-    int32_t bwd_supported;       /* 1: fa2_backward can run this plan; 0: see fa2_backward */
-    int32_t reserved2;           /* zero */
+    int32_t bwd_supported;       /* 1: fa2_backward can run this plan; 0: see bwd_status */
+    int32_t bwd_status;          /* FA2_SUCCESS, or what fa2_backward will return for this
+                                    plan: FA2_ERROR_SHARED_MEMORY (tiles too large for the
+                                    device), FA2_ERROR_INVALID_SIZE (a backward grid over
+                                    2^31-1 blocks), FA2_ERROR_SIZE_OVERFLOW (workspace) */
 } fa2_plan_t;
 
 /* Validates `problem` against `device` and chooses the kernel and its tiles.
@@ -224,10 +227,9 @@ FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const vo
  * results run to run, at a cost in speed (docs/performance.md). The workspace size
  * depends on the mode.
  * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_MISALIGNED,
- * FA2_ERROR_WORKSPACE, FA2_ERROR_SHARED_MEMORY (plan->bwd_supported = 0: the backward
- * tiles do not fit the device the plan was made for), FA2_ERROR_INVALID_SIZE (the
- * backward grid exceeds 2^31-1 blocks), FA2_ERROR_CUDA. Nothing is written on
- * failure. */
+ * FA2_ERROR_WORKSPACE, plan->bwd_status when the plan has no backward
+ * (bwd_supported = 0: FA2_ERROR_SHARED_MEMORY, FA2_ERROR_INVALID_SIZE or
+ * FA2_ERROR_SIZE_OVERFLOW), FA2_ERROR_CUDA. Nothing is written on failure. */
 FA2_API fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
                                   const void *v, const void *o, const void *d_o,
                                   const float *lse, void *dq, void *dk, void *dv,

@@ -8,18 +8,30 @@
 #include "bwd_params.h"
 #include "internal.h"
 
+/* The reason fa2_plan recorded when this plan has no backward. */
 static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
 {
+    const fa2_problem_t *pr = &plan->problem;
     if (plan->bwd_supported)
         return FA2_SUCCESS;
-    if (plan->bwd_block_n == 0)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=%" PRId64
-                        " has no backward kernel", plan->problem.head_dim);
-    return fa2_fail(FA2_ERROR_SHARED_MEMORY,
-                    "the backward kernels need %" PRId64 " bytes of shared memory per block "
-                    "(head_dim bucket %d), more than the plan's device has, or a backward grid "
-                    "exceeds 2147483647 blocks, or the workspace size overflows int64",
-                    plan->bwd_smem_bytes, (int)plan->head_dim_bucket);
+    switch (plan->bwd_status) {
+    case FA2_ERROR_INVALID_SIZE:
+        return fa2_fail(FA2_ERROR_INVALID_SIZE,
+                        "a backward grid for batch=%" PRId64 " heads_q=%" PRId64
+                        " seqlen_q=%" PRId64 " seqlen_k=%" PRId64
+                        " exceeds the CUDA limit of 2147483647 thread blocks",
+                        pr->batch, pr->heads_q, pr->seqlen_q, pr->seqlen_k);
+    case FA2_ERROR_SIZE_OVERFLOW:
+        return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
+                        "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64
+                        " seqlen_q=%" PRId64 " head_dim=%" PRId64 " overflows int64 bytes",
+                        pr->batch, pr->heads_q, pr->seqlen_q, pr->head_dim);
+    default: /* FA2_ERROR_SHARED_MEMORY */
+        return fa2_fail(FA2_ERROR_SHARED_MEMORY,
+                        "the backward kernels need %" PRId64 " bytes of shared memory per "
+                        "block (head_dim bucket %d), more than the plan's device allows",
+                        plan->bwd_smem_bytes, (int)plan->head_dim_bucket);
+    }
 }
 
 fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,

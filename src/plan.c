@@ -32,15 +32,14 @@ static int32_t pick_rule(int64_t seed, int64_t uncapped, int64_t kernel)
     return FA2_RULE_SEED_SRAM;
 }
 
-/* The backward's tiles for `bucket`, its shared memory and workspace. bwd_supported
- * stays 0 when the tiles do not fit the device, a grid exceeds 2^31 - 1 blocks or the
- * workspace size overflows; fa2_backward then says so. */
+/* The backward's tiles for `bucket`, its shared memory and workspace. When the
+ * backward cannot run, bwd_supported = 0 and bwd_status says why (fa2_backward
+ * returns it). */
 static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *device,
                           int64_t bucket, fa2_plan_t *out)
 {
     const int64_t cols = fa2_fwd_smem_cols(bucket);
-    int64_t dkdv = 0, ds = 0, dq = 0, dkdv_grid = 0, dq_grid = 0, slices = 1, accum = 0;
-    int64_t d_bytes;
+    int64_t dkdv = 0, ds = 0, dq = 0, grid, slices = 1, accum = 0, d_bytes;
 #define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw)                 \
     if (bucket == d) {                                              \
         out->bwd_block_n = bn;                                      \
@@ -54,29 +53,36 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     }
     FA2_BWD_TILES(FA2_BWD_ROW)
 #undef FA2_BWD_ROW
-    /* Default mode: the dK/dV kernel also adds dQ with atomics (dS through shared
-     * memory, an fp32 dQ accumulator in the workspace); deterministic mode: a dQ
-     * kernel of its own instead. */
+    /* Every bucket fa2_plan accepts has backward tiles (one table row each). Default
+     * mode: the dK/dV kernel also adds dQ with atomics (dS through shared memory, an
+     * fp32 dQ accumulator in the workspace); deterministic mode: a dQ kernel of its
+     * own instead. */
     if (pr->deterministic)
         ds = 0;
     else
         dq = 0;
     out->bwd_smem_bytes = dkdv + ds > dq ? dkdv + ds : dq;
+    out->bwd_status = FA2_SUCCESS;
+
     /* D: batch * heads_q * seqlen_q floats (validation bounds it), padded to 256 bytes;
      * then the dQ accumulator, head_dim floats per row, unless deterministic. */
     d_bytes = pr->batch * pr->heads_q * pr->seqlen_q * 4;
-    if (!fa2_add_i64(d_bytes, (256 - d_bytes % 256) % 256, &out->bwd_workspace_bytes))
-        return;
-    if (!pr->deterministic &&
-        (!fa2_mul_i64(d_bytes, pr->head_dim, &accum) ||
-         !fa2_add_i64(out->bwd_workspace_bytes, accum, &out->bwd_workspace_bytes)))
-        return;
-    if (out->bwd_block_n > 0) {
-        dkdv_grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
-        dq_grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
+    if (!fa2_add_i64(d_bytes, (256 - d_bytes % 256) % 256, &out->bwd_workspace_bytes) ||
+        (!pr->deterministic &&
+         (!fa2_mul_i64(d_bytes, pr->head_dim, &accum) ||
+          !fa2_add_i64(out->bwd_workspace_bytes, accum, &out->bwd_workspace_bytes)))) {
+        out->bwd_workspace_bytes = 0;
+        out->bwd_status = FA2_ERROR_SIZE_OVERFLOW;
     }
-    out->bwd_supported = out->bwd_block_n > 0 && out->bwd_smem_bytes <= device->smem_per_block_optin &&
-                         dkdv_grid <= INT32_MAX && dq_grid <= INT32_MAX;
+    /* Grids: int64 products of int32-bounded sizes over block sizes >= 16. */
+    grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
+    if (pr->deterministic && ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
+        grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
+    if (grid > INT32_MAX)
+        out->bwd_status = FA2_ERROR_INVALID_SIZE;
+    if (out->bwd_smem_bytes > device->smem_per_block_optin)
+        out->bwd_status = FA2_ERROR_SHARED_MEMORY;
+    out->bwd_supported = out->bwd_status == FA2_SUCCESS;
 }
 
 fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,

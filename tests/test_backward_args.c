@@ -207,6 +207,7 @@ static void test_backward_unsupported(void **state)
     args_t a = good();
     a.plan = &bad;
     bad.bwd_supported = 0;
+    bad.bwd_status = FA2_ERROR_SHARED_MEMORY;
     EXPECT_BWD(a, FA2_ERROR_SHARED_MEMORY, "shared memory", 1);
 
     /* a real one: a device with less shared memory than the backward needs but enough
@@ -221,39 +222,52 @@ static void test_backward_unsupported(void **state)
     fa2_plan_t tight;
     assert_int_equal(fa2_plan(&p, &small, &tight), FA2_SUCCESS);
     assert_int_equal(tight.bwd_supported, 0);
+    assert_int_equal(tight.bwd_status, FA2_ERROR_SHARED_MEMORY);
     a.plan = &tight;
     EXPECT_BWD(a, FA2_ERROR_SHARED_MEMORY, "shared memory", 1);
 }
 
-/* A backward grid over 2^31 - 1 blocks that the forward's grid is not: the dQ kernel
- * has 64 query rows per block where the forward has 128. include/fa2.h says
- * FA2_ERROR_INVALID_SIZE; src/backward.c folds it into FA2_ERROR_SHARED_MEMORY today
- * (noted in the output). Either way: an error, a message naming the grid limit, and
- * nothing written. */
+/* Backward grids over 2^31 - 1 blocks that the forward's grid is not. Default mode:
+ * the dK/dV kernel's grid (ceil(seqlen_k / 128) * heads_kv * batch at d = 64).
+ * Deterministic mode: also the dQ kernel's (64 query rows per block where the forward
+ * has 128), which the default mode does not run. FA2_ERROR_INVALID_SIZE, a message
+ * naming the limit, nothing written. */
+static void expect_grid_rejected(const fa2_plan_t *plan)
+{
+    args_t a = good();
+    a.plan = plan;
+    a.ws_bytes = sizeof g_ws;
+    poison();
+    assert_int_equal(plan->bwd_supported, 0);
+    assert_int_equal(plan->bwd_status, FA2_ERROR_INVALID_SIZE);
+    assert_int_equal(fa2_backward(a.plan, a.q, a.k, a.v, a.o, a.d_o, a.lse, a.dq, a.dk, a.dv,
+                                  a.ws, a.ws_bytes, NULL),
+                     FA2_ERROR_INVALID_SIZE);
+    assert_non_null(strstr(fa2_last_error(), "2147483647"));
+    assert_true(untouched(g_dq, sizeof g_dq) && untouched(g_dk, sizeof g_dk) &&
+                untouched(g_dv, sizeof g_dv) && untouched(g_ws, sizeof g_ws));
+}
+
 static void test_backward_grid_too_large(void **state)
 {
     (void)state;
     const fa2_device_info_t d = h200();
     fa2_problem_t p;
+    fa2_plan_t plan;
+
+    /* dK/dV grid 3 * 64 * 2^24 > 2^31 - 1; forward grid 2^30 */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, INT64_C(1) << 24, 128, 257, 64, 64, 64);
+    assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS);
+    assert_true(plan.grid_blocks <= INT64_C(2147483647));
+    expect_grid_rejected(&plan);
+
+    /* dQ grid 2 * 64 * 2^24 = 2^31: rejected only in deterministic mode */
     fa2_problem_init(&p, FA2_DTYPE_BF16, INT64_C(1) << 24, 128, 64, 64, 64, 64);
-    fa2_plan_t big;
-    assert_int_equal(fa2_plan(&p, &d, &big), FA2_SUCCESS);
-    assert_true(big.grid_blocks <= INT64_C(2147483647));
-    assert_int_equal(big.bwd_supported, 0);
-    args_t a = good();
-    a.plan = &big;
-    a.ws_bytes = (size_t)big.bwd_workspace_bytes;
-    poison();
-    const fa2_status_t s = fa2_backward(a.plan, a.q, a.k, a.v, a.o, a.d_o, a.lse, a.dq, a.dk,
-                                        a.dv, a.ws, a.ws_bytes, NULL);
-    if (s != FA2_ERROR_INVALID_SIZE)
-        print_message("NOTE: grid over 2^31-1 blocks gives %s, include/fa2.h says "
-                      "FA2_ERROR_INVALID_SIZE (message: \"%s\")\n",
-                      fa2_status_string(s), fa2_last_error());
-    assert_true(s == FA2_ERROR_INVALID_SIZE || s == FA2_ERROR_SHARED_MEMORY);
-    assert_non_null(strstr(fa2_last_error(), "2147483647"));
-    assert_true(untouched(g_dq, sizeof g_dq) && untouched(g_dk, sizeof g_dk) &&
-                untouched(g_dv, sizeof g_dv) && untouched(g_ws, sizeof g_ws));
+    assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.bwd_supported, 1);
+    p.deterministic = 1;
+    assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS);
+    expect_grid_rejected(&plan);
 }
 
 int main(void)

@@ -12,6 +12,9 @@
 #   FA2_CTEST_ARGS   extra ctest arguments, e.g. "-L gpu" or "-R forward"
 #   FA2_SDPA=1       also run bench/sdpa_compare.py (PyTorch SDPA side by side);
 #   FA2_SDPA_ARGS    its extra arguments, e.g. "--quick"
+#   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
+#                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
+#                    ctest step leaves that label out either way), log sanitizer.log
 # Every step runs even if an earlier one failed; the exit status is non-zero if any
 # step failed.
 set -uo pipefail
@@ -57,7 +60,12 @@ fi
 
 : >"$OUT/ctest.log"
 # shellcheck disable=SC2086  # FA2_CTEST_ARGS is a list of words
-run_step ctest "$OUT/ctest.log" ctest --test-dir "$BUILD" --output-on-failure --no-tests=error ${FA2_CTEST_ARGS:-}
+run_step ctest "$OUT/ctest.log" ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -LE sanitizer ${FA2_CTEST_ARGS:-}
+
+if [ "${FA2_SANITIZER:-0}" = 1 ]; then
+    : >"$OUT/sanitizer.log"
+    run_step sanitizer "$OUT/sanitizer.log" ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -V -L sanitizer
+fi
 
 : >"$OUT/demo.log"
 run_step demo "$OUT/demo.log" "$BUILD/examples/fa2_demo"
@@ -113,6 +121,9 @@ fi
         echo "bench:  no results (see bench.log)"
     fi
     [ "${FA2_SDPA:-0}" = 1 ] && echo "sdpa:   see sdpa.log / sdpa.csv"
+    if [ "${FA2_SANITIZER:-0}" = 1 ]; then
+        grep -hE '^sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed 's/^/sanit:  /'
+    fi
     echo "total:  $(( $(date +%s) - started )) s"
     if [ ${#failed[@]} -eq 0 ]; then
         echo "RESULT: all steps ok"

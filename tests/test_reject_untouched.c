@@ -1,0 +1,390 @@
+/* Every rejection of fa2_plan, fa2_forward, fa2_backward and fa2_device_info_query in
+ * one loop: each case breaks one thing, expects its status and a message naming it,
+ * and checks that every output the call could write (the plan; O and LSE; dQ, dK, dV
+ * and the workspace; the device info), poisoned beforehand, is byte-identical
+ * afterwards. All of these fail before any CUDA call, so host buffers stand in for
+ * device memory and no GPU is needed. One line per case; CPU only.
+ *
+ * Also the documented edges: batch 0 / heads 0 are FA2_ERROR_INVALID_SIZE (not a
+ * silent no-op); a struct_size from an "older caller" (smaller than this library's
+ * struct) is FA2_ERROR_STRUCT_SIZE until a release freezes the v1 layout. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fa2.h"
+
+#define I32MAX INT64_C(2147483647)
+#define BUF 65536 /* bytes per host stand-in: more than the small problem needs */
+
+static _Alignas(16) unsigned char g_q[BUF], g_k[BUF], g_v[BUF], g_o[BUF], g_do[BUF],
+    g_lse[BUF], g_dq[BUF], g_dk[BUF], g_dv[BUF], g_ws[BUF];
+static unsigned char *const g_outputs[] = {g_o, g_lse, g_dq, g_dk, g_dv, g_ws};
+static const char *const g_output_names[] = {"o", "lse", "dq", "dk", "dv", "workspace"};
+#define N_OUTPUTS 6
+
+static fa2_device_info_t h200(void)
+{
+    fa2_device_info_t d = {sizeof(fa2_device_info_t), 9, 0, 132, 0, 232448, 233472};
+    return d;
+}
+
+static fa2_problem_t base(void)
+{
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 2, 5, 7, 4, 2, 64);
+    return p;
+}
+
+/* ---- fa2_plan: one field of the problem or the device set to a bad value ---------- */
+
+typedef enum kind_t { I64, I32, F32, SZ, DEV_I32, DEV_I64, DEV_SZ } kind_t;
+
+typedef struct plan_case_t {
+    const char *what;  /* printed */
+    kind_t kind;       /* which struct, which width */
+    size_t offset;
+    int64_t value;     /* I64/I32/SZ/DEV_*: the bad value */
+    float fvalue;      /* F32 */
+    fa2_status_t want;
+    const char *says;  /* the message must contain this */
+} plan_case_t;
+
+#define P64(f, v, st, m) {#f "=" #v, I64, offsetof(fa2_problem_t, f), (v), 0, st, m}
+#define P32(f, v, st, m) {#f "=" #v, I32, offsetof(fa2_problem_t, f), (v), 0, st, m}
+#define PF(f, v, st, m) {#f "=" #v, F32, offsetof(fa2_problem_t, f), 0, (v), st, m}
+#define D32(f, v, st, m) {"device." #f "=" #v, DEV_I32, offsetof(fa2_device_info_t, f), (v), 0, st, m}
+#define D64(f, v, st, m) {"device." #f "=" #v, DEV_I64, offsetof(fa2_device_info_t, f), (v), 0, st, m}
+#define STRIDE_CASES(f)                                                                \
+    P64(f, -8, FA2_ERROR_BAD_STRIDE, #f "=-8 is negative"),                            \
+    P64(f, 12, FA2_ERROR_BAD_STRIDE, #f "=12 is not a multiple of 8"),                 \
+    P64(f, 1, FA2_ERROR_BAD_STRIDE, #f "=1 is not a multiple of 8"),                   \
+    P64(f, INT64_C(1) << 62, FA2_ERROR_SIZE_OVERFLOW, "overflows int64")
+
+static const plan_case_t plan_cases[] = {
+    /* struct sizes: 0, an older (smaller) caller, a newer (larger) caller */
+    {"problem.struct_size=0", SZ, offsetof(fa2_problem_t, struct_size), 0, 0,
+     FA2_ERROR_STRUCT_SIZE, "problem->struct_size=0"},
+    {"problem.struct_size=older caller (without deterministic)", SZ,
+     offsetof(fa2_problem_t, struct_size), (int64_t)offsetof(fa2_problem_t, deterministic), 0,
+     FA2_ERROR_STRUCT_SIZE, "problem->struct_size="},
+    {"problem.struct_size=sizeof-8", SZ, offsetof(fa2_problem_t, struct_size),
+     (int64_t)sizeof(fa2_problem_t) - 8, 0, FA2_ERROR_STRUCT_SIZE, "fa2_problem_init"},
+    {"problem.struct_size=sizeof+8", SZ, offsetof(fa2_problem_t, struct_size),
+     (int64_t)sizeof(fa2_problem_t) + 8, 0, FA2_ERROR_STRUCT_SIZE, "problem->struct_size="},
+    {"problem.struct_size=SIZE_MAX", SZ, offsetof(fa2_problem_t, struct_size), -1, 0,
+     FA2_ERROR_STRUCT_SIZE, "problem->struct_size="},
+    {"device.struct_size=0", DEV_SZ, offsetof(fa2_device_info_t, struct_size), 0, 0,
+     FA2_ERROR_STRUCT_SIZE, "device->struct_size=0"},
+    {"device.struct_size=older caller (sizeof-8)", DEV_SZ,
+     offsetof(fa2_device_info_t, struct_size), (int64_t)sizeof(fa2_device_info_t) - 8, 0,
+     FA2_ERROR_STRUCT_SIZE, "device->struct_size="},
+    {"device.struct_size=sizeof+8", DEV_SZ, offsetof(fa2_device_info_t, struct_size),
+     (int64_t)sizeof(fa2_device_info_t) + 8, 0, FA2_ERROR_STRUCT_SIZE, "device->struct_size="},
+    /* dtype */
+    P32(dtype, 0, FA2_ERROR_UNSUPPORTED_DTYPE, "dtype=0"),
+    P32(dtype, 3, FA2_ERROR_UNSUPPORTED_DTYPE, "dtype=3"),
+    P32(dtype, -1, FA2_ERROR_UNSUPPORTED_DTYPE, "dtype=-1"),
+    /* sizes: 0 is a clear status, never a silent no-op */
+    P64(batch, 0, FA2_ERROR_INVALID_SIZE, "batch=0 is out of range [1, 2147483647]"),
+    P64(batch, -1, FA2_ERROR_INVALID_SIZE, "batch=-1"),
+    P64(batch, I32MAX + 1, FA2_ERROR_INVALID_SIZE, "batch=2147483648"),
+    P64(seqlen_q, 0, FA2_ERROR_INVALID_SIZE, "seqlen_q=0 is out of range"),
+    P64(seqlen_q, I32MAX + 1, FA2_ERROR_INVALID_SIZE, "seqlen_q=2147483648"),
+    P64(seqlen_q, INT64_MIN, FA2_ERROR_INVALID_SIZE, "seqlen_q=-9223372036854775808"),
+    P64(seqlen_k, -1, FA2_ERROR_INVALID_SIZE, "seqlen_k=-1"),
+    P64(seqlen_k, I32MAX + 1, FA2_ERROR_INVALID_SIZE, "seqlen_k=2147483648"),
+    P64(heads_q, 0, FA2_ERROR_INVALID_SIZE, "heads_q=0 is out of range"),
+    P64(heads_q, I32MAX + 1, FA2_ERROR_INVALID_SIZE, "heads_q=2147483648"),
+    P64(heads_kv, 0, FA2_ERROR_INVALID_SIZE, "heads_kv=0 is out of range"),
+    P64(heads_kv, -2, FA2_ERROR_INVALID_SIZE, "heads_kv=-2"),
+    P64(heads_kv, 3, FA2_ERROR_HEADS_MISMATCH, "heads_q=4 is not a multiple of heads_kv=3"),
+    P64(heads_kv, 8, FA2_ERROR_HEADS_MISMATCH, "heads_q=4 is not a multiple of heads_kv=8"),
+    /* head_dim */
+    P64(head_dim, 0, FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=0"),
+    P64(head_dim, 4, FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=4"),
+    P64(head_dim, 60, FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=60"),
+    P64(head_dim, 264, FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=264"),
+    P64(head_dim, -64, FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=-64"),
+    /* every stride: negative, not a multiple of 8, an extent past int64 */
+    STRIDE_CASES(q_batch_stride), STRIDE_CASES(q_seq_stride), STRIDE_CASES(q_head_stride),
+    STRIDE_CASES(k_batch_stride), STRIDE_CASES(k_seq_stride), STRIDE_CASES(k_head_stride),
+    STRIDE_CASES(v_batch_stride), STRIDE_CASES(v_seq_stride), STRIDE_CASES(v_head_stride),
+    STRIDE_CASES(o_batch_stride), STRIDE_CASES(o_seq_stride), STRIDE_CASES(o_head_stride),
+    /* flags and mask */
+    P32(deterministic, 2, FA2_ERROR_INVALID_SIZE, "deterministic=2"),
+    P32(deterministic, -1, FA2_ERROR_INVALID_SIZE, "deterministic=-1"),
+    P32(causal, 2, FA2_ERROR_BAD_WINDOW, "causal=2"),
+    P32(causal, -1, FA2_ERROR_BAD_WINDOW, "causal=-1"),
+    P64(window_left, -2, FA2_ERROR_BAD_WINDOW, "window_left=-2"),
+    P64(window_left, I32MAX + 1, FA2_ERROR_BAD_WINDOW, "window_left=2147483648"),
+    P64(window_right, -2, FA2_ERROR_BAD_WINDOW, "window_right=-2"),
+    P64(window_right, I32MAX + 1, FA2_ERROR_BAD_WINDOW, "window_right=2147483648"),
+    /* scale */
+    PF(softmax_scale, NAN, FA2_ERROR_BAD_SCALE, "softmax_scale="),
+    PF(softmax_scale, INFINITY, FA2_ERROR_BAD_SCALE, "softmax_scale=inf"),
+    PF(softmax_scale, -INFINITY, FA2_ERROR_BAD_SCALE, "softmax_scale=-inf"),
+    PF(softmax_scale, -1.0f, FA2_ERROR_BAD_SCALE, "softmax_scale=-1"),
+    PF(softmax_scale, -0x1p-149f, FA2_ERROR_BAD_SCALE, "softmax_scale=-"),
+    /* device */
+    D32(cc_major, 7, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 7.0"),
+    D32(cc_major, 0, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 0.0"),
+    D32(cc_major, -1, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability -1.0"),
+    D64(smem_per_block_optin, 0, FA2_ERROR_SHARED_MEMORY, "device has 0"),
+    D64(smem_per_block_optin, -1, FA2_ERROR_SHARED_MEMORY, "device has -1"),
+    D64(smem_per_block_optin, 1024, FA2_ERROR_SHARED_MEMORY, "device has 1024"),
+    D64(smem_per_block_optin, INT64_MIN, FA2_ERROR_SHARED_MEMORY, "smem_per_block_optin"),
+};
+
+static void apply(const plan_case_t *c, fa2_problem_t *p, fa2_device_info_t *d)
+{
+    const int32_t v32 = (int32_t)c->value;
+    const size_t vsz = (size_t)c->value;
+    switch (c->kind) {
+    case I64: memcpy((char *)p + c->offset, &c->value, 8); break;
+    case I32: memcpy((char *)p + c->offset, &v32, 4); break;
+    case F32: memcpy((char *)p + c->offset, &c->fvalue, 4); break;
+    case SZ: memcpy((char *)p + c->offset, &vsz, sizeof vsz); break;
+    case DEV_I32: memcpy((char *)d + c->offset, &v32, 4); break;
+    case DEV_I64: memcpy((char *)d + c->offset, &c->value, 8); break;
+    case DEV_SZ: memcpy((char *)d + c->offset, &vsz, sizeof vsz); break;
+    }
+}
+
+static int g_case; /* running number, printed */
+
+/* Runs fa2_plan(p, d) on a poisoned plan; 1 when the status, message and the
+ * untouched plan are as expected. Prints one line. */
+static int expect_plan_fail(const char *what, const fa2_problem_t *p, const fa2_device_info_t *d,
+                            int null_plan, fa2_status_t want, const char *says)
+{
+    fa2_plan_t plan, poison;
+    memset(&plan, 0xA5, sizeof plan);
+    poison = plan;
+    const fa2_status_t s = fa2_plan(p, d, null_plan ? NULL : &plan);
+    const char *m = fa2_last_error();
+    const int ok_status = s == want, ok_msg = strstr(m, says) != NULL,
+              ok_untouched = memcmp(&plan, &poison, sizeof plan) == 0;
+    const int ok = ok_status && ok_msg && ok_untouched;
+    printf("reject %3d: fa2_plan %-50s -> %s \"%s\"%s%s%s %s\n", ++g_case, what,
+           fa2_status_string(s), m, ok_status ? "" : " [wrong status]",
+           ok_msg ? "" : " [message lacks the expected text]",
+           ok_untouched ? "" : " [plan written]", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+static void test_plan_rejections(void **state)
+{
+    (void)state;
+    int failed = 0;
+    fa2_problem_t p = base();
+    fa2_device_info_t d = h200();
+    fa2_plan_t plan;
+    assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS); /* the base is valid */
+
+    failed += !expect_plan_fail("problem=NULL", NULL, &d, 0, FA2_ERROR_NULL_POINTER,
+                                "problem is NULL");
+    failed += !expect_plan_fail("device=NULL", &p, NULL, 0, FA2_ERROR_NULL_POINTER,
+                                "device is NULL");
+    failed += !expect_plan_fail("plan=NULL", &p, &d, 1, FA2_ERROR_NULL_POINTER, "plan is NULL");
+    for (size_t i = 0; i < sizeof plan_cases / sizeof plan_cases[0]; ++i) {
+        p = base(), d = h200();
+        apply(&plan_cases[i], &p, &d);
+        failed += !expect_plan_fail(plan_cases[i].what, &p, &d, 0, plan_cases[i].want,
+                                    plan_cases[i].says);
+    }
+    /* combinations no single field makes */
+    p = base(), d = h200();
+    p.causal = 1, p.window_right = 5;
+    failed += !expect_plan_fail("causal=1 window_right=5", &p, &d, 0, FA2_ERROR_BAD_WINDOW,
+                                "conflicts with causal=1");
+    fa2_problem_init(&p, FA2_DTYPE_FP16, I32MAX, I32MAX, 16, I32MAX, 1, 64);
+    p.q_batch_stride = p.q_seq_stride = p.q_head_stride = 0;
+    p.o_batch_stride = p.o_seq_stride = p.o_head_stride = 0;
+    p.k_batch_stride = p.v_batch_stride = 0;
+    failed += !expect_plan_fail("lse bytes past int64 (zero strides)", &p, &d, 0,
+                                FA2_ERROR_SIZE_OVERFLOW, "lse");
+    p.batch = 65536, p.heads_q = 1, p.seqlen_q = INT64_C(128) * 32768;
+    failed += !expect_plan_fail("grid of 2^31 blocks", &p, &d, 0, FA2_ERROR_INVALID_SIZE,
+                                "grid limit");
+    assert_int_equal(failed, 0);
+}
+
+/* ---- fa2_forward and fa2_backward ---------------------------------------------------- */
+
+typedef struct call_t {
+    const fa2_plan_t *plan;
+    const void *q, *k, *v, *o_in, *d_o;
+    void *o;
+    float *lse;
+    void *dq, *dk, *dv, *ws;
+    size_t ws_bytes;
+} call_t;
+
+static fa2_plan_t g_plan;
+
+static call_t good(void)
+{
+    call_t c = {&g_plan, g_q, g_k, g_v, g_o, g_do, g_o, (float *)(void *)g_lse,
+                g_dq, g_dk, g_dv, g_ws, (size_t)g_plan.bwd_workspace_bytes};
+    return c;
+}
+
+static int expect_call_fail(int backward, const char *what, call_t c, fa2_status_t want,
+                            const char *says)
+{
+    for (int i = 0; i < N_OUTPUTS; ++i)
+        memset(g_outputs[i], 0xEE, BUF);
+    const fa2_status_t s =
+        backward ? fa2_backward(c.plan, c.q, c.k, c.v, c.o_in, c.d_o, c.lse, c.dq, c.dk, c.dv,
+                                c.ws, c.ws_bytes, NULL)
+                 : fa2_forward(c.plan, c.q, c.k, c.v, c.o, c.lse, c.ws, c.ws_bytes, NULL);
+    const char *m = fa2_last_error();
+    const char *written = NULL;
+    for (int i = 0; i < N_OUTPUTS && !written; ++i)
+        for (size_t t = 0; t < BUF; ++t)
+            if (g_outputs[i][t] != 0xEE) {
+                written = g_output_names[i];
+                break;
+            }
+    const int ok = s == want && strstr(m, says) && !written;
+    printf("reject %3d: %s %-47s -> %s \"%s\"%s%s%s%s %s\n", ++g_case,
+           backward ? "fa2_backward" : "fa2_forward ", what, fa2_status_string(s), m,
+           s == want ? "" : " [wrong status]", strstr(m, says) ? "" : " [message lacks the expected text]",
+           written ? " [wrote " : "", written ? written : "", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+#define MIS(x, n) ((void *)((unsigned char *)(x) + (n)))
+
+static void test_forward_rejections(void **state)
+{
+    (void)state;
+    int failed = 0;
+    call_t c;
+    fa2_plan_t bad;
+#define FWD(what, edit, st, m) (c = good(), edit, failed += !expect_call_fail(0, what, c, st, m))
+    FWD("plan=NULL", c.plan = NULL, FA2_ERROR_NULL_POINTER, "plan is NULL");
+    FWD("q=NULL", c.q = NULL, FA2_ERROR_NULL_POINTER, "q is NULL");
+    FWD("k=NULL", c.k = NULL, FA2_ERROR_NULL_POINTER, "k is NULL");
+    FWD("v=NULL", c.v = NULL, FA2_ERROR_NULL_POINTER, "v is NULL");
+    FWD("o=NULL", c.o = NULL, FA2_ERROR_NULL_POINTER, "o is NULL");
+    bad = g_plan, bad.struct_size = 0;
+    FWD("plan.struct_size=0", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=0");
+    bad = g_plan, bad.struct_size = sizeof bad - 8;
+    FWD("plan.struct_size=older caller", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=");
+    bad = g_plan, bad.struct_size = sizeof bad + 8;
+    FWD("plan.struct_size=sizeof+8", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=");
+    FWD("q misaligned (+2)", c.q = MIS(g_q, 2), FA2_ERROR_MISALIGNED, "q=");
+    FWD("q misaligned (+8)", c.q = MIS(g_q, 8), FA2_ERROR_MISALIGNED, "16-byte aligned");
+    FWD("k misaligned (+4)", c.k = MIS(g_k, 4), FA2_ERROR_MISALIGNED, "k=");
+    FWD("v misaligned (+1)", c.v = MIS(g_v, 1), FA2_ERROR_MISALIGNED, "v=");
+    FWD("o misaligned (+2)", c.o = MIS(g_o, 2), FA2_ERROR_MISALIGNED, "o=");
+    FWD("lse misaligned (+2)", c.lse = MIS(g_lse, 2), FA2_ERROR_MISALIGNED, "4-byte aligned");
+    bad = g_plan, bad.workspace_bytes = 256;
+    FWD("workspace_bytes < plan's", (c.plan = &bad, c.ws_bytes = 128), FA2_ERROR_WORKSPACE,
+        "workspace_bytes=128");
+    FWD("workspace=NULL, plan needs some", (c.plan = &bad, c.ws = NULL, c.ws_bytes = 256),
+        FA2_ERROR_WORKSPACE, "workspace is NULL");
+#undef FWD
+    assert_int_equal(failed, 0);
+}
+
+static void test_backward_rejections(void **state)
+{
+    (void)state;
+    int failed = 0;
+    call_t c;
+    fa2_plan_t bad;
+#define BWD(what, edit, st, m) (c = good(), edit, failed += !expect_call_fail(1, what, c, st, m))
+    BWD("plan=NULL", c.plan = NULL, FA2_ERROR_NULL_POINTER, "plan is NULL");
+    BWD("q=NULL", c.q = NULL, FA2_ERROR_NULL_POINTER, "q is NULL");
+    BWD("k=NULL", c.k = NULL, FA2_ERROR_NULL_POINTER, "k is NULL");
+    BWD("v=NULL", c.v = NULL, FA2_ERROR_NULL_POINTER, "v is NULL");
+    BWD("o=NULL", c.o_in = NULL, FA2_ERROR_NULL_POINTER, "o is NULL");
+    BWD("d_o=NULL", c.d_o = NULL, FA2_ERROR_NULL_POINTER, "d_o is NULL");
+    BWD("lse=NULL", c.lse = NULL, FA2_ERROR_NULL_POINTER, "lse is NULL");
+    BWD("dq=NULL", c.dq = NULL, FA2_ERROR_NULL_POINTER, "dq is NULL");
+    BWD("dk=NULL", c.dk = NULL, FA2_ERROR_NULL_POINTER, "dk is NULL");
+    BWD("dv=NULL", c.dv = NULL, FA2_ERROR_NULL_POINTER, "dv is NULL");
+    bad = g_plan, bad.struct_size = 0;
+    BWD("plan.struct_size=0", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=0");
+    bad = g_plan, bad.struct_size = sizeof bad - 8;
+    BWD("plan.struct_size=older caller", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=");
+    bad = g_plan, bad.bwd_supported = 0;
+    BWD("plan.bwd_supported=0", c.plan = &bad, FA2_ERROR_SHARED_MEMORY, "shared memory");
+    bad = g_plan, bad.bwd_supported = 0, bad.bwd_block_n = 0;
+    BWD("plan without backward tiles", c.plan = &bad, FA2_ERROR_UNSUPPORTED_HEAD_DIM,
+        "has no backward kernel");
+    BWD("q misaligned", c.q = MIS(g_q, 2), FA2_ERROR_MISALIGNED, "q=");
+    BWD("k misaligned", c.k = MIS(g_k, 8), FA2_ERROR_MISALIGNED, "k=");
+    BWD("v misaligned", c.v = MIS(g_v, 4), FA2_ERROR_MISALIGNED, "v=");
+    BWD("o misaligned", c.o_in = MIS(g_o, 2), FA2_ERROR_MISALIGNED, "o=");
+    BWD("d_o misaligned", c.d_o = MIS(g_do, 2), FA2_ERROR_MISALIGNED, "d_o=");
+    BWD("lse misaligned", c.lse = MIS(g_lse, 1), FA2_ERROR_MISALIGNED, "lse=");
+    BWD("dq misaligned", c.dq = MIS(g_dq, 2), FA2_ERROR_MISALIGNED, "dq=");
+    BWD("dk misaligned", c.dk = MIS(g_dk, 8), FA2_ERROR_MISALIGNED, "dk=");
+    BWD("dv misaligned", c.dv = MIS(g_dv, 2), FA2_ERROR_MISALIGNED, "dv=");
+    BWD("workspace misaligned", c.ws = MIS(g_ws, 4), FA2_ERROR_MISALIGNED, "workspace=");
+    BWD("workspace=NULL", c.ws = NULL, FA2_ERROR_WORKSPACE, "workspace is NULL");
+    BWD("workspace_bytes=0", c.ws_bytes = 0, FA2_ERROR_WORKSPACE, "workspace_bytes=0");
+    BWD("workspace_bytes one short", c.ws_bytes = (size_t)g_plan.bwd_workspace_bytes - 1,
+        FA2_ERROR_WORKSPACE, "bwd_workspace_bytes");
+#undef BWD
+    assert_int_equal(failed, 0);
+}
+
+/* fa2_device_info_query: a NULL info; a bad index (with no device or driver too, this
+ * is FA2_ERROR_NO_DEVICE); the info untouched either way. */
+static void test_device_query_rejections(void **state)
+{
+    (void)state;
+    fa2_device_info_t info, poison;
+    int failed = 0;
+    const int bad[] = {-1, 1 << 20};
+    fa2_status_t s = fa2_device_info_query(0, NULL);
+    printf("reject %3d: fa2_device_info_query info=NULL -> %s \"%s\" %s\n", ++g_case,
+           fa2_status_string(s), fa2_last_error(), s == FA2_ERROR_NULL_POINTER ? "ok" : "FAIL");
+    failed += s != FA2_ERROR_NULL_POINTER;
+    for (int i = 0; i < 2; ++i) {
+        memset(&info, 0x3C, sizeof info);
+        poison = info;
+        s = fa2_device_info_query(bad[i], &info);
+        const int ok = s == FA2_ERROR_NO_DEVICE && memcmp(&info, &poison, sizeof info) == 0 &&
+                       fa2_last_error()[0] != '\0';
+        printf("reject %3d: fa2_device_info_query device=%d -> %s \"%s\" %s\n", ++g_case, bad[i],
+               fa2_status_string(s), fa2_last_error(), ok ? "ok" : "FAIL");
+        failed += !ok;
+    }
+    assert_int_equal(failed, 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fa2_problem_t p = base();
+    const fa2_device_info_t d = h200();
+    p.causal = 1;
+    p.deterministic = 1; /* workspace: D only, whatever scratch the atomics may need */
+    if (fa2_plan(&p, &d, &g_plan) != FA2_SUCCESS || !g_plan.bwd_supported ||
+        g_plan.bwd_workspace_bytes <= 0 || g_plan.bwd_workspace_bytes > BUF)
+        return -1;
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_rejections),
+        cmocka_unit_test(test_forward_rejections),
+        cmocka_unit_test(test_backward_rejections),
+        cmocka_unit_test(test_device_query_rejections),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

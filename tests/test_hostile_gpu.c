@@ -14,6 +14,10 @@
  *   - fully masked rows: O = 0 exactly, LSE = -inf, dQ = 0; seqlen_k = 0; a (0, 0)
  *     window that leaves most rows empty.
  *   - misaligned device pointers: FA2_ERROR_MISALIGNED, outputs untouched.
+ * Tolerances: O within 4 ulp of the dtype times max(|O row|, 0.25) (+0.02 for the 1e4
+ * logits), dQ/dK/dV within 8 ulp times the row's (dK/dV: the checked rows') largest
+ * value, LSE within 1e-3 * max(1, |lse|). "excess" in the output is the worst
+ * |error| - tolerance: negative means within tolerance.
  * FA2_TEST_CASE=<name> runs one case; FA2_HOSTILE_SKIP_BIG=1 skips the >2^31 ones. */
 #include <inttypes.h>
 #include <math.h>

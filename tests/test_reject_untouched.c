@@ -317,11 +317,16 @@ static void test_backward_rejections(void **state)
     BWD("plan.struct_size=0", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=0");
     bad = g_plan, bad.struct_size = sizeof bad - 8;
     BWD("plan.struct_size=older caller", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=");
-    bad = g_plan, bad.bwd_supported = 0;
-    BWD("plan.bwd_supported=0", c.plan = &bad, FA2_ERROR_SHARED_MEMORY, "shared memory");
-    bad = g_plan, bad.bwd_supported = 0, bad.bwd_block_n = 0;
-    BWD("plan without backward tiles", c.plan = &bad, FA2_ERROR_UNSUPPORTED_HEAD_DIM,
-        "has no backward kernel");
+    /* a plan without a backward returns the reason fa2_plan recorded (bwd_status) */
+    bad = g_plan, bad.bwd_supported = 0, bad.bwd_status = FA2_ERROR_SHARED_MEMORY;
+    BWD("plan: no backward (shared memory)", c.plan = &bad, FA2_ERROR_SHARED_MEMORY,
+        "shared memory");
+    bad = g_plan, bad.bwd_supported = 0, bad.bwd_status = FA2_ERROR_INVALID_SIZE;
+    BWD("plan: no backward (grid)", c.plan = &bad, FA2_ERROR_INVALID_SIZE,
+        "exceeds the CUDA limit");
+    bad = g_plan, bad.bwd_supported = 0, bad.bwd_status = FA2_ERROR_SIZE_OVERFLOW;
+    BWD("plan: no backward (workspace overflow)", c.plan = &bad, FA2_ERROR_SIZE_OVERFLOW,
+        "overflows int64 bytes");
     BWD("q misaligned", c.q = MIS(g_q, 2), FA2_ERROR_MISALIGNED, "q=");
     BWD("k misaligned", c.k = MIS(g_k, 8), FA2_ERROR_MISALIGNED, "k=");
     BWD("v misaligned", c.v = MIS(g_v, 4), FA2_ERROR_MISALIGNED, "v=");

@@ -20,7 +20,7 @@
  *    (smem_bytes <= smem_per_block_optin), block_m and block_n are multiples of 16,
  *    grid_blocks == batch * heads_q * ceil(seqlen_q / block_m) <= 2^31-1, the problem
  *    is copied unchanged (scale resolved), and the backward fields agree with
- *    bwd_supported.
+ *    bwd_supported / bwd_status.
  *  - fa2_forward / fa2_backward on a successful plan: the status an independent model
  *    of the documented checks predicts; the launcher called exactly when it returns
  *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan.
@@ -125,6 +125,12 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->seed_bc <= pl->seed_br && pl->seed_bc <= pl->head_dim_bucket);
     /* backward: consistent with bwd_supported */
     CHECK(pl->bwd_supported == 0 || pl->bwd_supported == 1);
+    CHECK(pl->bwd_supported ? pl->bwd_status == FA2_SUCCESS
+                            : (pl->bwd_status == FA2_ERROR_SHARED_MEMORY ||
+                               pl->bwd_status == FA2_ERROR_INVALID_SIZE ||
+                               pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW));
+    CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
+          pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* at least D = rowsum(dO * O), fp32 per query row (plus scratch the kernels may add) */
     CHECK(pl->bwd_workspace_bytes >= 0);
     if (pl->bwd_supported) {
@@ -134,7 +140,8 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(pl->bwd_dq_block_m > 0 && pl->bwd_dq_block_m % 16 == 0);
         CHECK(pl->bwd_dq_block_n > 0 && pl->bwd_dq_block_n % 16 == 0);
         CHECK(pl->bwd_smem_bytes > 0 && pl->bwd_smem_bytes <= dev->smem_per_block_optin);
-        CHECK(ceil_div(q->seqlen_q, pl->bwd_dq_block_m) * q->heads_q * q->batch <= INT32_MAX);
+        CHECK(!q->deterministic ||
+              ceil_div(q->seqlen_q, pl->bwd_dq_block_m) * q->heads_q * q->batch <= INT32_MAX);
         CHECK(ceil_div(q->seqlen_k, pl->bwd_block_n) * q->heads_kv * q->batch <= INT32_MAX);
     }
     /* !bwd_supported: fa2_backward must refuse the plan (fuzz_backward checks it) */
@@ -203,7 +210,7 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
     if (any_null)
         want = FA2_ERROR_NULL_POINTER;
     else if (!pl->bwd_supported)
-        want = pl->bwd_block_n == 0 ? FA2_ERROR_UNSUPPORTED_HEAD_DIM : FA2_ERROR_SHARED_MEMORY;
+        want = (fa2_status_t)pl->bwd_status; /* the reason fa2_plan recorded */
     else if (any_mis)
         want = FA2_ERROR_MISALIGNED;
     else if (!p[9] || ws_bytes < (uint64_t)pl->bwd_workspace_bytes)

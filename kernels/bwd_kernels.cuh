@@ -23,32 +23,16 @@ namespace fa2 {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Dot product of two vectors of 8 packed 16-bit values, in fp32.
 template <typename Elem>
-__device__ __forceinline__ float dot8(uint4 a, uint4 b);
-
-template <>
-__device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 a, uint4 b)
+__device__ __forceinline__ float dot8(uint4 a, uint4 b)
 {
-    const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(&a);
-    const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(&b);
+    const uint32_t *x = reinterpret_cast<const uint32_t *>(&a);
+    const uint32_t *y = reinterpret_cast<const uint32_t *>(&b);
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const float2 fx = __bfloat1622float2(x[i]), fy = __bfloat1622float2(y[i]);
-        s = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, s));
-    }
-    return s;
-}
-
-template <>
-__device__ __forceinline__ float dot8<__half>(uint4 a, uint4 b)
-{
-    const __half2 *x = reinterpret_cast<const __half2 *>(&a);
-    const __half2 *y = reinterpret_cast<const __half2 *>(&b);
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 fx = __half22float2(x[i]), fy = __half22float2(y[i]);
+        const float2 fx = unpack2<Elem>(x[i]), fy = unpack2<Elem>(y[i]);
         s = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, s));
     }
     return s;
@@ -303,24 +287,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     }
 
     // dK = scale · Σ dSᵀ Q, dV = Σ Pᵀ dO; rows past seqlen_k are not written.
-    Elem *dk_out = static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride;
-    Elem *dv_out = static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride;
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int key = key_first + warp * kM * 16 + m * 16 + (lane >> 2) + 8 * h;
-            if (key >= f.seqlen_k) continue;
-#pragma unroll
-            for (int d = 0; d < kD; ++d) {
-                const int col = slice * Tr::kSliceDim + d * 8 + 2 * (lane & 3);
-                if (col >= f.head_dim) continue;
-                *reinterpret_cast<uint32_t *>(dk_out + key * f.k_seq_stride + col) =
-                    pack2<Elem>(dk[m][d][2 * h] * f.softmax_scale, dk[m][d][2 * h + 1] * f.softmax_scale);
-                *reinterpret_cast<uint32_t *>(dv_out + key * f.v_seq_stride + col) =
-                    pack2<Elem>(dv[m][d][2 * h], dv[m][d][2 * h + 1]);
-            }
-        }
+    float scale[kM][2], one[kM][2];
+    fill_scale(scale, f.softmax_scale);
+    fill_scale(one, 1.f);
+    const int warp_key0 = key_first + warp * kM * 16;
+    store_acc<Elem>(dk, scale,
+                    static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride,
+                    f.k_seq_stride, warp_key0, f.seqlen_k, slice * Tr::kSliceDim, f.head_dim, lane);
+    store_acc<Elem>(dv, one,
+                    static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride,
+                    f.v_seq_stride, warp_key0, f.seqlen_k, slice * Tr::kSliceDim, f.head_dim, lane);
 }
 
 template <typename Tr>
@@ -439,22 +415,11 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
         }
     }
 
-    Elem *dq_out = static_cast<Elem *>(p.dq) + batch * f.q_batch_stride + head * f.q_head_stride;
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = warp_row0 + m * 16 + (lane >> 2) + 8 * h;
-            if (row >= f.seqlen_q) continue;
-#pragma unroll
-            for (int d = 0; d < kD; ++d) {
-                const int col = d * 8 + 2 * (lane & 3);
-                if (col < f.head_dim)
-                    *reinterpret_cast<uint32_t *>(dq_out + row * f.q_seq_stride + col) =
-                        pack2<Elem>(dq[m][d][2 * h] * f.softmax_scale,
-                                    dq[m][d][2 * h + 1] * f.softmax_scale);
-            }
-        }
+    float scale[kM][2];
+    fill_scale(scale, f.softmax_scale);
+    store_acc<Elem>(dq, scale,
+                    static_cast<Elem *>(p.dq) + batch * f.q_batch_stride + head * f.q_head_stride,
+                    f.q_seq_stride, warp_row0, f.seqlen_q, 0, f.head_dim, lane);
 }
 
 }  // namespace fa2

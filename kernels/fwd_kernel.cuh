@@ -131,26 +131,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_fwd_para
     float inv_sum[Tr::kMTiles][2], lse[Tr::kMTiles][2];
     softmax.finish(p.softmax_scale, inv_sum, lse);
 
-    Elem *out = static_cast<Elem *>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
-    float *lse_out = p.lse ? p.lse + (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q
-                           : nullptr;
+    const int warp_row0 = row_first + warp * Tr::kRowsPerWarp;
+    store_acc<Elem>(o, inv_sum,
+                    static_cast<Elem *>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride,
+                    p.o_seq_stride, warp_row0, p.seqlen_q, 0, p.head_dim, lane);
+    if (p.lse && (lane & 3) == 0) {
+        float *lse_out = p.lse + (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q;
 #pragma unroll
-    for (int mt = 0; mt < Tr::kMTiles; ++mt) {
+        for (int mt = 0; mt < Tr::kMTiles; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = row_first + warp * Tr::kRowsPerWarp + mt * 16 + (lane >> 2) + 8 * h;
-            if (row >= p.seqlen_q) continue;
-            Elem *out_row = out + row * p.o_seq_stride;
-#pragma unroll
-            for (int dt = 0; dt < Tr::kDTiles; ++dt) {
-                const int col = dt * 8 + 2 * (lane & 3);
-                if (col < p.head_dim)
-                    *reinterpret_cast<uint32_t *>(out_row + col) =
-                        pack2<Elem>(o[mt][dt][2 * h] * inv_sum[mt][h],
-                                    o[mt][dt][2 * h + 1] * inv_sum[mt][h]);
+            for (int h = 0; h < 2; ++h) {
+                const int row = warp_row0 + mt * 16 + (lane >> 2) + 8 * h;
+                if (row < p.seqlen_q) lse_out[row] = lse[mt][h];
             }
-            if (lse_out && (lane & 3) == 0) lse_out[row] = lse[mt][h];
-        }
     }
 }
 

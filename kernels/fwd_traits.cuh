@@ -37,7 +37,6 @@ struct FwdTraits {
     // Shared memory: rows of kSmemCols elements (multiple of 64 → 128-byte rows),
     // stored in 16-byte chunks swizzled by (chunk ^ row % 8).
     static constexpr int kSmemCols = (kHeadDim + 63) / 64 * 64;
-    static constexpr int kRowChunks = kSmemCols / 8;
     static constexpr int kRowBytes = kSmemCols * 2;
     static constexpr int kLoadChunks = kHeadDim / 8;  // 16-byte chunks per row loaded
     static constexpr int kQBytes = kBlockM * kRowBytes;

@@ -109,6 +109,22 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// Two packed 16-bit values (lo in the low half) → two floats.
+template <typename Elem>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v)
+{
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v));
+}
+
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v)
+{
+    return __half22float2(*reinterpret_cast<const __half2 *>(&v));
+}
+
 // addr[0] += a, addr[1] += b in global memory (8-byte aligned): one vector atomic on
 // sm_90, two scalar ones before it.
 __device__ __forceinline__ void atomic_add2(float *addr, float a, float b)

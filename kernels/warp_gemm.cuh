@@ -153,6 +153,40 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[kM][kN][4], uint32_t a_rows
     }
 }
 
+// Writes an accumulator (m16n8 layout) as Elem: row r of the warp's fragment goes to
+// base + (row0 + r) * row_stride when row0 + r < rows_end, columns col0 + c when
+// col0 + c < cols_end (a multiple of 2), each row multiplied by scale[m][half].
+template <typename Elem, int kM, int kN>
+__device__ __forceinline__ void store_acc(const float (&acc)[kM][kN][4],
+                                          const float (&scale)[kM][2], Elem *base,
+                                          int64_t row_stride, int row0, int rows_end, int col0,
+                                          int cols_end, int lane)
+{
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + m * 16 + (lane >> 2) + 8 * h;
+            if (row >= rows_end) continue;
+            Elem *out = base + row * row_stride;
+#pragma unroll
+            for (int n = 0; n < kN; ++n) {
+                const int col = col0 + n * 8 + 2 * (lane & 3);
+                if (col < cols_end)
+                    *reinterpret_cast<uint32_t *>(out + col) =
+                        pack2<Elem>(acc[m][n][2 * h] * scale[m][h], acc[m][n][2 * h + 1] * scale[m][h]);
+            }
+        }
+}
+
+// The same factor for every row.
+template <int kM>
+__device__ __forceinline__ void fill_scale(float (&scale)[kM][2], float value)
+{
+#pragma unroll
+    for (int m = 0; m < kM; ++m) scale[m][0] = scale[m][1] = value;
+}
+
 // Copies rows [0, kRows) of a tile starting at `gmem` (row stride `row_stride`
 // elements) into swizzled shared memory with kThreads threads, zero-filling rows
 // >= rows_valid and columns >= cols_valid. kChunks: 16-byte chunks per row copied.

@@ -24,27 +24,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
 #include "fa2.h"
+#include "gpu_tensor.h"
 #include "oracle.h"
 #include "oracle_backward.h"
 
-#define GUARD 64        /* poisoned elements after each buffer */
 #define FLOOR_FP16 2e-3 /* rel L2 allowed whatever the same-precision reference makes */
 #define FLOOR_BF16 1e-2
 #define SHOW 6          /* mismatching elements printed per failing gradient */
-
-typedef enum layout_t {
-    BSHD,   /* [b, s, h, d] contiguous (fa2_problem_init's strides) */
-    BHSD,   /* [b, h, s, d] contiguous */
-    PADDED  /* BSHD with 8 spare elements after each head row, seq row and batch */
-} layout_t;
-
-static const char *const layout_names[] = {"bshd", "bhsd", "padded"};
 
 typedef struct bwd_case_t {
     fa2_dtype_t dtype;
@@ -59,115 +50,6 @@ typedef struct bwd_case_t {
 static uint64_t g_seed;
 static long g_only = -1;
 static fa2_device_info_t g_info;
-
-/* ---- layouts and host tensors ------------------------------------------------------- */
-
-static void strides_for(layout_t layout, int64_t seq, int64_t heads, int64_t d,
-                        int64_t *bs, int64_t *ss, int64_t *hs)
-{
-    switch (layout) {
-    case BSHD:
-        *hs = d, *ss = heads * d, *bs = seq * heads * d;
-        break;
-    case BHSD:
-        *ss = d, *hs = seq * d, *bs = heads * seq * d;
-        break;
-    case PADDED:
-        *hs = d + 8, *ss = heads * (d + 8) + 8, *bs = seq * *ss + 16;
-        break;
-    }
-}
-
-static void apply_layout(fa2_problem_t *p, layout_t layout)
-{
-    strides_for(layout, p->seqlen_q, p->heads_q, p->head_dim, &p->q_batch_stride,
-                &p->q_seq_stride, &p->q_head_stride);
-    strides_for(layout, p->seqlen_k, p->heads_kv, p->head_dim, &p->k_batch_stride,
-                &p->k_seq_stride, &p->k_head_stride);
-    strides_for(layout, p->seqlen_k, p->heads_kv, p->head_dim, &p->v_batch_stride,
-                &p->v_seq_stride, &p->v_head_stride);
-    strides_for(layout, p->seqlen_q, p->heads_q, p->head_dim, &p->o_batch_stride,
-                &p->o_seq_stride, &p->o_head_stride);
-}
-
-/* A strided tensor as the test sees it: host bits (what the GPU gets or gave back),
- * the same values as float (what the oracle gets), the device copy. */
-typedef struct tensor_t {
-    int64_t batch, seq, heads, d, bs, ss, hs;
-    int64_t alloc; /* span + GUARD elements */
-    uint16_t *bits;
-    float *vals;
-    void *dev;
-} tensor_t;
-
-static tensor_t tensor_new(int64_t batch, int64_t seq, int64_t heads, int64_t d, int64_t bs,
-                           int64_t ss, int64_t hs)
-{
-    tensor_t t = {batch, seq, heads, d, bs, ss, hs, 0, NULL, NULL, NULL};
-    t.alloc = oracle_span(batch, seq, heads, d, bs, ss, hs) + GUARD;
-    t.bits = malloc(sizeof(uint16_t) * (size_t)t.alloc);
-    t.vals = malloc(sizeof(float) * (size_t)t.alloc);
-    assert_true(t.bits && t.vals);
-    memset(t.bits, 0xFF, sizeof(uint16_t) * (size_t)t.alloc); /* NaN in fp16 and bf16 */
-    for (int64_t x = 0; x < t.alloc; ++x)
-        t.vals[x] = NAN;
-    return t;
-}
-
-static void tensor_free(tensor_t *t)
-{
-    free(t->bits);
-    free(t->vals);
-    cudaFree(t->dev);
-    t->bits = NULL, t->vals = NULL, t->dev = NULL;
-}
-
-static int64_t offset_of(const tensor_t *t, int64_t b, int64_t s, int64_t h)
-{
-    return b * t->bs + s * t->ss + h * t->hs;
-}
-
-static void tensor_fill(tensor_t *t, oracle_rng_t *rng, fa2_dtype_t dtype)
-{
-    for (int64_t b = 0; b < t->batch; ++b)
-        for (int64_t s = 0; s < t->seq; ++s)
-            for (int64_t h = 0; h < t->heads; ++h)
-                for (int64_t x = 0; x < t->d; ++x) {
-                    const int64_t at = offset_of(t, b, s, h) + x;
-                    do
-                        t->bits[at] = oracle_bits_from_float(
-                            oracle_rng_uniform(rng, -1.0f, 1.0f), dtype);
-                    while ((t->bits[at] & 0x7FFFu) == 0); /* never zero */
-                    t->vals[at] = oracle_float_from_bits(t->bits[at], dtype);
-                }
-}
-
-/* ---- CUDA helpers ------------------------------------------------------------------- */
-
-#define CUDA_CHECK(call)                                                                \
-    do {                                                                                \
-        const cudaError_t e_ = (call);                                                  \
-        if (e_ != cudaSuccess) {                                                        \
-            printf("\n  CUDA error at %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,    \
-                   cudaGetErrorString(e_));                                             \
-            goto cleanup;                                                               \
-        }                                                                               \
-    } while (0)
-
-static cudaError_t upload(tensor_t *t)
-{
-    cudaError_t e = cudaMalloc(&t->dev, sizeof(uint16_t) * (size_t)t->alloc);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(t->dev, t->bits, sizeof(uint16_t) * (size_t)t->alloc,
-                       cudaMemcpyHostToDevice);
-    return e;
-}
-
-static cudaError_t download(tensor_t *t)
-{
-    return cudaMemcpy(t->bits, t->dev, sizeof(uint16_t) * (size_t)t->alloc,
-                      cudaMemcpyDeviceToHost);
-}
 
 /* ---- checking one gradient ---------------------------------------------------------- */
 
@@ -196,7 +78,7 @@ static void gather(const tensor_t *t, fa2_dtype_t dtype, grad_check_t *g)
         for (int64_t s = 0; s < t->seq; ++s)
             for (int64_t h = 0; h < t->heads; ++h)
                 for (int64_t x = 0; x < t->d; ++x, ++i) {
-                    const int64_t at = offset_of(t, b, s, h) + x;
+                    const int64_t at = tensor_offset(t, b, s, h) + x;
                     inside[at] = 1;
                     g->got[i] = oracle_float_from_bits(t->bits[at], dtype);
                     if (!isfinite(g->got[i]))
@@ -263,21 +145,8 @@ static void show_mismatches(const grad_check_t *g, fa2_dtype_t dtype, int64_t se
 
 static void describe(long index, const bwd_case_t *c, const fa2_problem_t *p)
 {
-    char mask[64] = "none";
-    int n = 0;
-    if (c->causal)
-        n += snprintf(mask + n, sizeof mask - (size_t)n, "causal");
-    if (c->window_left >= 0)
-        n += snprintf(mask + n, sizeof mask - (size_t)n, "%sleft=%" PRId64, n ? "," : "",
-                      c->window_left);
-    if (c->window_right >= 0)
-        n += snprintf(mask + n, sizeof mask - (size_t)n, "%sright=%" PRId64, n ? "," : "",
-                      c->window_right);
-    printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64
-           " hkv=%" PRId64 " d=%" PRId64 " mask=%s scale=%.4g %s%s",
-           index, c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", c->batch, c->seqlen_q,
-           c->seqlen_k, c->heads_q, c->heads_kv, c->head_dim, mask, oracle_softmax_scale(p),
-           layout_names[c->layout], c->deterministic ? " det" : "");
+    describe_problem(index, p, c->layout);
+    printf("%s", c->deterministic ? " det" : "");
 }
 
 static fa2_problem_t problem_of(const bwd_case_t *c)
@@ -330,7 +199,7 @@ static int run_case(long index, const bwd_case_t *c)
         return 0;
     }
 
-    oracle_rng_t rng = oracle_rng(g_seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(index + 1)));
+    oracle_rng_t rng = case_rng(g_seed, index);
     const int64_t d = p.head_dim;
     tensor_t q = tensor_new(p.batch, p.seqlen_q, p.heads_q, d, p.q_batch_stride,
                             p.q_seq_stride, p.q_head_stride);
@@ -348,10 +217,10 @@ static int run_case(long index, const bwd_case_t *c)
                              p.k_seq_stride, p.k_head_stride);
     tensor_t dv = tensor_new(p.batch, p.seqlen_k, p.heads_kv, d, p.v_batch_stride,
                              p.v_seq_stride, p.v_head_stride);
-    tensor_fill(&q, &rng, c->dtype);
-    tensor_fill(&k, &rng, c->dtype);
-    tensor_fill(&v, &rng, c->dtype);
-    tensor_fill(&d_o, &rng, c->dtype);
+    tensor_fill(&q, &rng, c->dtype, 1.0f, 1);
+    tensor_fill(&k, &rng, c->dtype, 1.0f, 1);
+    tensor_fill(&v, &rng, c->dtype, 1.0f, 1);
+    tensor_fill(&d_o, &rng, c->dtype, 1.0f, 1);
 
     const int64_t nq = p.batch * p.seqlen_q * p.heads_q * d;
     const int64_t nk = p.batch * p.seqlen_k * p.heads_kv * d;
@@ -371,14 +240,14 @@ static int run_case(long index, const bwd_case_t *c)
     int pass = 0;
     float *dlse = NULL;
     void *fws = NULL, *bws = NULL;
-    CUDA_CHECK(upload(&q));
-    CUDA_CHECK(upload(&k));
-    CUDA_CHECK(upload(&v));
-    CUDA_CHECK(upload(&o)); /* all 0xFF: poisoned */
-    CUDA_CHECK(upload(&d_o));
-    CUDA_CHECK(upload(&dq));
-    CUDA_CHECK(upload(&dk));
-    CUDA_CHECK(upload(&dv));
+    CUDA_CHECK(tensor_upload(&q));
+    CUDA_CHECK(tensor_upload(&k));
+    CUDA_CHECK(tensor_upload(&v));
+    CUDA_CHECK(tensor_upload(&o)); /* all 0xFF: poisoned */
+    CUDA_CHECK(tensor_upload(&d_o));
+    CUDA_CHECK(tensor_upload(&dq));
+    CUDA_CHECK(tensor_upload(&dk));
+    CUDA_CHECK(tensor_upload(&dv));
     CUDA_CHECK(cudaMalloc((void **)&dlse, sizeof(float) * (size_t)(n_lse > 0 ? n_lse : 1)));
     CUDA_CHECK(cudaMemset(dlse, 0xFF, sizeof(float) * (size_t)(n_lse > 0 ? n_lse : 1)));
     if (plan.workspace_bytes > 0)
@@ -402,9 +271,9 @@ static int run_case(long index, const bwd_case_t *c)
     }
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(download(&dq));
-    CUDA_CHECK(download(&dk));
-    CUDA_CHECK(download(&dv));
+    CUDA_CHECK(tensor_download(&dq));
+    CUDA_CHECK(tensor_download(&dk));
+    CUDA_CHECK(tensor_download(&dv));
 
     /* references, from the same rounded inputs (dO included) */
     assert_int_equal(oracle_backward(&p, q.vals, k.vals, v.vals, d_o.vals, g[0].want,
@@ -734,32 +603,9 @@ cleanup:
 
 int main(void)
 {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        printf("SKIP: no CUDA device (%s): GPU backward tests not run\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
-        return 77;
-    }
-    const fa2_status_t st = fa2_device_info_query(0, &g_info);
-    if (st != FA2_SUCCESS) {
-        printf("fa2_device_info_query(0) failed: %s (%s)\n", fa2_status_string(st),
-               fa2_last_error());
-        return 1;
-    }
-    if (cudaSetDevice(0) != cudaSuccess) {
-        printf("cudaSetDevice(0) failed\n");
-        return 1;
-    }
-    const char *s = getenv("FA2_TEST_SEED");
-    g_seed = s && *s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL);
-    const char *only = getenv("FA2_TEST_CASE");
-    if (only && *only)
-        g_only = strtol(only, NULL, 10);
-    printf("device 0: sm_%d%d, %d SMs, %" PRId64 " bytes shared memory per block\n",
-           g_info.cc_major, g_info.cc_minor, g_info.sm_count, g_info.smem_per_block_optin);
-    printf("seed %" PRIu64 " (replay: FA2_TEST_SEED=%" PRIu64 ", one case: FA2_TEST_CASE=n)\n",
-           g_seed, g_seed);
+    const int setup = gpu_test_setup("backward", &g_info, &g_seed, &g_only);
+    if (setup != 0)
+        return setup;
     printf("inputs and dO uniform in [-1, 1], never 0, rounded to the dtype; holes of strided "
            "inputs hold NaN; dQ/dK/dV and workspace poisoned with NaN; per gradient: rel L2 "
            "error vs the double oracle (ref: same-precision naive backward's error; bound: "

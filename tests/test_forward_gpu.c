@@ -21,29 +21,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
 #include "fa2.h"
+#include "gpu_tensor.h"
 #include "oracle.h"
 
-#define GUARD 64          /* poisoned elements after each buffer */
+#define GUARD GPU_TENSOR_GUARD /* poisoned elements after each buffer */
 #define MAX_REL_L2 1e-2   /* METHOD.md: bf16 operands land between 1e-3 and 1e-2 */
 #define FLOOR_FP16 1e-3   /* error allowed whatever the reference makes */
 #define FLOOR_BF16 4e-3
 #define MAX_ELEM_FACTOR 4 /* worst element within 4x the reference's worst */
 #define LSE_TOL 1e-3      /* |lse - ref| / max(1, |ref|) */
 #define SHOW 8            /* mismatching elements printed per failing case */
-
-typedef enum layout_t {
-    BSHD,   /* [b, s, h, d] contiguous (fa2_problem_init's strides) */
-    BHSD,   /* [b, h, s, d] contiguous */
-    PADDED  /* BSHD with 8 spare elements after each head row, seq row and batch */
-} layout_t;
-
-static const char *const layout_names[] = {"bshd", "bhsd", "padded"};
 
 typedef struct gpu_case_t {
     fa2_dtype_t dtype;
@@ -60,114 +52,11 @@ static uint64_t g_seed;
 static long g_only = -1;
 static fa2_device_info_t g_info;
 
-/* ---- layouts ------------------------------------------------------------------------ */
-
-static void strides_for(layout_t layout, int64_t seq, int64_t heads, int64_t d,
-                        int64_t *bs, int64_t *ss, int64_t *hs)
-{
-    switch (layout) {
-    case BSHD:
-        *hs = d, *ss = heads * d, *bs = seq * heads * d;
-        break;
-    case BHSD:
-        *ss = d, *hs = seq * d, *bs = heads * seq * d;
-        break;
-    case PADDED:
-        *hs = d + 8, *ss = heads * (d + 8) + 8, *bs = seq * *ss + 16;
-        break;
-    }
-}
-
-static void apply_layout(fa2_problem_t *p, layout_t layout)
-{
-    strides_for(layout, p->seqlen_q, p->heads_q, p->head_dim, &p->q_batch_stride,
-                &p->q_seq_stride, &p->q_head_stride);
-    strides_for(layout, p->seqlen_k, p->heads_kv, p->head_dim, &p->k_batch_stride,
-                &p->k_seq_stride, &p->k_head_stride);
-    strides_for(layout, p->seqlen_k, p->heads_kv, p->head_dim, &p->v_batch_stride,
-                &p->v_seq_stride, &p->v_head_stride);
-    strides_for(layout, p->seqlen_q, p->heads_q, p->head_dim, &p->o_batch_stride,
-                &p->o_seq_stride, &p->o_head_stride);
-}
-
-/* A strided tensor as the test sees it: host bits (what the GPU gets), the same
- * values as float (what the oracle gets), the allocation size. */
-typedef struct host_tensor_t {
-    int64_t batch, seq, heads, d, bs, ss, hs;
-    int64_t alloc; /* span + GUARD elements */
-    uint16_t *bits;
-    float *vals;
-} host_tensor_t;
-
-static host_tensor_t tensor_new(int64_t batch, int64_t seq, int64_t heads, int64_t d,
-                                int64_t bs, int64_t ss, int64_t hs)
-{
-    host_tensor_t t = {batch, seq, heads, d, bs, ss, hs, 0, NULL, NULL};
-    t.alloc = oracle_span(batch, seq, heads, d, bs, ss, hs) + GUARD;
-    t.bits = malloc(sizeof(uint16_t) * (size_t)t.alloc);
-    t.vals = malloc(sizeof(float) * (size_t)t.alloc);
-    assert_true(t.bits && t.vals);
-    memset(t.bits, 0xFF, sizeof(uint16_t) * (size_t)t.alloc); /* NaN in fp16 and bf16 */
-    for (int64_t x = 0; x < t.alloc; ++x)
-        t.vals[x] = NAN;
-    return t;
-}
-
-static void tensor_free(host_tensor_t *t)
-{
-    free(t->bits);
-    free(t->vals);
-}
-
-static int64_t offset_of(const host_tensor_t *t, int64_t b, int64_t s, int64_t h)
-{
-    return b * t->bs + s * t->ss + h * t->hs;
-}
-
-static void tensor_fill(host_tensor_t *t, oracle_rng_t *rng, fa2_dtype_t dtype, float amp)
-{
-    for (int64_t b = 0; b < t->batch; ++b)
-        for (int64_t s = 0; s < t->seq; ++s)
-            for (int64_t h = 0; h < t->heads; ++h)
-                for (int64_t x = 0; x < t->d; ++x) {
-                    const int64_t at = offset_of(t, b, s, h) + x;
-                    t->bits[at] = oracle_bits_from_float(oracle_rng_uniform(rng, -amp, amp),
-                                                         dtype);
-                    t->vals[at] = oracle_float_from_bits(t->bits[at], dtype);
-                }
-}
-
-/* ---- CUDA helpers ------------------------------------------------------------------- */
-
-#define CUDA_CHECK(call)                                                                \
-    do {                                                                                \
-        const cudaError_t e_ = (call);                                                  \
-        if (e_ != cudaSuccess) {                                                        \
-            printf("\n  CUDA error at %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,    \
-                   cudaGetErrorString(e_));                                             \
-            goto cleanup;                                                               \
-        }                                                                               \
-    } while (0)
-
 /* ---- one case ----------------------------------------------------------------------- */
 
 static void describe(long index, const gpu_case_t *c, const fa2_problem_t *p)
 {
-    char mask[64] = "none";
-    int n = 0;
-    if (c->causal)
-        n += snprintf(mask + n, sizeof mask - (size_t)n, "causal");
-    if (c->window_left >= 0)
-        n += snprintf(mask + n, sizeof mask - (size_t)n, "%sleft=%" PRId64, n ? "," : "",
-                      c->window_left);
-    if (c->window_right >= 0)
-        n += snprintf(mask + n, sizeof mask - (size_t)n, "%sright=%" PRId64, n ? "," : "",
-                      c->window_right);
-    printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64
-           " hkv=%" PRId64 " d=%" PRId64 " mask=%s scale=%.4g %s",
-           index, c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", c->batch, c->seqlen_q,
-           c->seqlen_k, c->heads_q, c->heads_kv, c->head_dim, mask,
-           oracle_softmax_scale(p), layout_names[c->layout]);
+    describe_problem(index, p, c->layout);
     if (c->amplitude > 0 && c->amplitude != 1.0f)
         printf(" amp=%g", (double)c->amplitude);
     if (c->no_lse)
@@ -225,19 +114,19 @@ static int run_case(long index, const gpu_case_t *c)
         return 0;
     }
 
-    oracle_rng_t rng = oracle_rng(g_seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(index + 1)));
+    oracle_rng_t rng = case_rng(g_seed, index);
     const float amp = c->amplitude > 0 ? c->amplitude : 1.0f;
-    host_tensor_t q = tensor_new(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride,
-                                 p.q_seq_stride, p.q_head_stride);
-    host_tensor_t k = tensor_new(p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
-                                 p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    host_tensor_t v = tensor_new(p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
-                                 p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    host_tensor_t o = tensor_new(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride,
-                                 p.o_seq_stride, p.o_head_stride);
-    tensor_fill(&q, &rng, c->dtype, amp);
-    tensor_fill(&k, &rng, c->dtype, amp);
-    tensor_fill(&v, &rng, c->dtype, amp);
+    tensor_t q = tensor_new(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride,
+                            p.q_seq_stride, p.q_head_stride);
+    tensor_t k = tensor_new(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride,
+                            p.k_seq_stride, p.k_head_stride);
+    tensor_t v = tensor_new(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride,
+                            p.v_seq_stride, p.v_head_stride);
+    tensor_t o = tensor_new(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride,
+                            p.o_seq_stride, p.o_head_stride);
+    tensor_fill(&q, &rng, c->dtype, amp, 0);
+    tensor_fill(&k, &rng, c->dtype, amp, 0);
+    tensor_fill(&v, &rng, c->dtype, amp, 0);
 
     const int64_t n_o = p.batch * p.seqlen_q * p.heads_q * p.head_dim;
     const int64_t n_lse = p.batch * p.heads_q * p.seqlen_q;
@@ -292,7 +181,7 @@ static int run_case(long index, const gpu_case_t *c)
             for (int64_t h = 0; h < p.heads_q; ++h) {
                 const int masked = isinf(want_lse[(b * p.heads_q + h) * p.seqlen_q + i]);
                 for (int64_t x = 0; x < p.head_dim; ++x) {
-                    const int64_t at = offset_of(&o, b, i, h) + x;
+                    const int64_t at = tensor_offset(&o, b, i, h) + x;
                     const int64_t t = ((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim + x;
                     in_o[at] = 1;
                     got[t] = oracle_float_from_bits(o.bits[at], c->dtype);
@@ -537,32 +426,9 @@ cleanup:
 
 int main(void)
 {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        printf("SKIP: no CUDA device (%s): GPU forward tests not run\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
-        return 77;
-    }
-    const fa2_status_t st = fa2_device_info_query(0, &g_info);
-    if (st != FA2_SUCCESS) {
-        printf("fa2_device_info_query(0) failed: %s (%s)\n", fa2_status_string(st),
-               fa2_last_error());
-        return 1;
-    }
-    if (cudaSetDevice(0) != cudaSuccess) {
-        printf("cudaSetDevice(0) failed\n");
-        return 1;
-    }
-    const char *s = getenv("FA2_TEST_SEED");
-    g_seed = s && *s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL);
-    const char *only = getenv("FA2_TEST_CASE");
-    if (only && *only)
-        g_only = strtol(only, NULL, 10);
-    printf("device 0: sm_%d%d, %d SMs, %" PRId64 " bytes shared memory per block\n",
-           g_info.cc_major, g_info.cc_minor, g_info.sm_count, g_info.smem_per_block_optin);
-    printf("seed %" PRIu64 " (replay: FA2_TEST_SEED=%" PRIu64 ", one case: FA2_TEST_CASE=n)\n",
-           g_seed, g_seed);
+    const int setup = gpu_test_setup("forward", &g_info, &g_seed, &g_only);
+    if (setup != 0)
+        return setup;
     printf("inputs uniform in [-amp, amp] (amp 1 unless shown), rounded to the dtype; "
            "holes of strided inputs hold NaN; outputs poisoned with NaN\n");
     const struct CMUnitTest tests[] = {

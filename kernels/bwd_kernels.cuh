@@ -313,20 +313,8 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
     const int warp = tid / 32;
     const int lane = tid % 32;
 
-    const int m_blocks = (f.seqlen_q + Tr::kDqBlockM - 1) / Tr::kDqBlockM;
-    const int m_block = static_cast<int>(blockIdx.x % m_blocks);
-    const int bh = static_cast<int>(blockIdx.x / m_blocks);
-    const int head = bh % f.heads_q;
-    const int batch = bh / f.heads_q;
-    const int kv_head = head / (f.heads_q / f.heads_kv);
-
-    const int row_first = m_block * Tr::kDqBlockM;
-    const int row_last = min(row_first + Tr::kDqBlockM, f.seqlen_q) - 1;
-    const KeyWindow win{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
-    int key_lo, key_hi;
-    win.key_range(row_first, row_last, key_lo, key_hi);
-    const int n_first = key_lo / Tr::kDqBlockN;
-    const int n_end = key_hi > key_lo ? (key_hi + Tr::kDqBlockN - 1) / Tr::kDqBlockN : n_first;
+    const auto [batch, head, kv_head, row_first, row_last, n_first, n_end, win] =
+        query_tile<Tr::kDqBlockM, Tr::kDqBlockN, false>(f);
 
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t do_smem = q_smem + Tr::kDqQBytes;

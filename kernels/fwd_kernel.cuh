@@ -53,22 +53,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_fwd_para
     const int warp = tid / 32;
     const int lane = tid % 32;
 
-    // Block → (batch, head, query block); within a (batch, head), query blocks go
-    // last-first so the heaviest causal blocks start earliest.
-    const int num_m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-    const int m_block = num_m_blocks - 1 - static_cast<int>(blockIdx.x % num_m_blocks);
-    const int bh = static_cast<int>(blockIdx.x / num_m_blocks);
-    const int head = bh % p.heads_q;
-    const int batch = bh / p.heads_q;
-    const int kv_head = head / (p.heads_q / p.heads_kv);
-
-    const int row_first = m_block * Tr::kBlockM;
-    const int row_last = min(row_first + Tr::kBlockM, p.seqlen_q) - 1;
-    const KeyWindow win{p.seqlen_k - p.seqlen_q, p.window_left, p.window_right, p.seqlen_k};
-    int key_lo, key_hi;
-    win.key_range(row_first, row_last, key_lo, key_hi);
-    const int n_block_min = key_lo / Tr::kBlockN;
-    const int n_block_end = key_hi > key_lo ? (key_hi + Tr::kBlockN - 1) / Tr::kBlockN : n_block_min;
+    const auto [batch, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
+        query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
     const Elem *q = static_cast<const Elem *>(p.q) + batch * p.q_batch_stride +
                     head * p.q_head_stride + row_first * p.q_seq_stride;

@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#include "fwd_params.h"
+
 namespace fa2 {
 
 struct KeyWindow {
@@ -38,5 +40,37 @@ struct KeyWindow {
                (window_left < 0 || key >= row + offset - window_left);
     }
 };
+
+// The query tile a thread block owns and the key blocks [n_first, n_end) it visits.
+struct QueryTile {
+    int batch, head, kv_head;
+    int row_first, row_last;  // last row is clamped to seqlen_q - 1
+    int n_first, n_end;       // n_end <= n_first: no visible key
+    KeyWindow win;
+};
+
+// Block index → tile: the query tiles of one (batch, head) are consecutive blocks
+// (L2 reuse of K/V); with kLastFirst they go last-first, so the heaviest causal tiles
+// start earliest.
+template <int kBlockM, int kBlockN, bool kLastFirst>
+__device__ __forceinline__ QueryTile query_tile(const fa2_fwd_params_t &p)
+{
+    QueryTile t;
+    const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+    const int m = static_cast<int>(blockIdx.x % m_blocks);
+    const int m_block = kLastFirst ? m_blocks - 1 - m : m;
+    const int bh = static_cast<int>(blockIdx.x / m_blocks);
+    t.head = bh % p.heads_q;
+    t.batch = bh / p.heads_q;
+    t.kv_head = t.head / (p.heads_q / p.heads_kv);
+    t.row_first = m_block * kBlockM;
+    t.row_last = min(t.row_first + kBlockM, p.seqlen_q) - 1;
+    t.win = KeyWindow{p.seqlen_k - p.seqlen_q, p.window_left, p.window_right, p.seqlen_k};
+    int key_lo, key_hi;
+    t.win.key_range(t.row_first, t.row_last, key_lo, key_hi);
+    t.n_first = key_lo / kBlockN;
+    t.n_end = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN : t.n_first;
+    return t;
+}
 
 }  // namespace fa2

@@ -188,6 +188,10 @@ typedef struct fa2_plan_t {
                                     plan: FA2_ERROR_SHARED_MEMORY (tiles too large for the
                                     device), FA2_ERROR_INVALID_SIZE (a backward grid over
                                     2^31-1 blocks), FA2_ERROR_SIZE_OVERFLOW (workspace) */
+    int32_t fwd_arch;            /* forward kernel family: 90 = Hopper wgmma kernel (sm_90
+                                    devices, head dims 64/128/256 buckets), 80 = mma.sync
+                                    kernel (every device) */
+    int32_t reserved1;           /* zero */
 } fa2_plan_t;
 
 /* Validates `problem` against `device` and chooses the kernel and its tiles.

@@ -1,14 +1,44 @@
 // The one C boundary between src/ and the kernels: picks the compiled forward
-// kernel for the plan's head-dim bucket and dtype.
+// kernel for the plan's head-dim bucket, dtype and kernel family.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "fwd_run.h"
+#include "fwd_sm90_tiles.h"
 #include "fwd_tiles.h"
+
+// True when the current device can run the sm_90a kernels this library was built
+// with (a plan made for another device must not reach them).
+static bool device_is_sm90()
+{
+#if defined(FA2_WITH_SM90A)
+    int dev = 0, major = 0, minor = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+           major == 9 && minor == 0;
+#else
+    return false;
+#endif
+}
 
 extern "C" int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+#if defined(FA2_WITH_SM90A)
+    if (p->use_sm90 && device_is_sm90()) {
+        switch (p->head_dim_bucket) {
+#define FA2_FWD_SM90_CASE(d, wg, n)                                          \
+    case d:                                                                  \
+        return p->is_bf16 ? fa2::fwd_sm90_run<__nv_bfloat16, d>(*p, s)      \
+                          : fa2::fwd_sm90_run<__half, d>(*p, s);
+            FA2_FWD_SM90_TILES(FA2_FWD_SM90_CASE)
+#undef FA2_FWD_SM90_CASE
+        default:
+            break;
+        }
+    }
+#endif
     switch (p->head_dim_bucket) {
 #define FA2_FWD_CASE(d, m, n, w)                                             \
     case d:                                                                  \

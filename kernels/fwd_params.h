@@ -30,6 +30,7 @@ typedef struct fa2_fwd_params_t {
     int32_t head_dim;        /* actual head dim, <= head_dim_bucket */
     int32_t head_dim_bucket; /* compiled head dim */
     int32_t is_bf16;         /* 1: bf16, 0: fp16 */
+    int32_t use_sm90;        /* 1: the plan chose the Hopper (wgmma) kernel */
     int32_t window_left;     /* -1 = unbounded; causal already folded into window_right */
     int32_t window_right;    /* -1 = unbounded */
     float softmax_scale;     /* scale applied to Q K^T (natural log units) */

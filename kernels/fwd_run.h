@@ -1,6 +1,7 @@
-// Host launcher of one compiled forward kernel, per (element type, head-dim bucket).
-// Defined in fwd_run.cuh and instantiated in one generated translation unit each
-// (kernels/fwd_instance.cu.in); fwd_launch.cu dispatches to them.
+// Host launchers of the compiled forward kernels, per (element type, head-dim
+// bucket). Defined in fwd_run.cuh / fwd_sm90_run.cuh and instantiated in one
+// generated translation unit each (kernels/fwd_instance.cu.in,
+// fwd_sm90_instance.cu.in); fwd_launch.cu dispatches to them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,5 +12,8 @@ namespace fa2 {
 
 template <typename Elem, int kHeadDim>
 cudaError_t fwd_run(const fa2_fwd_params_t &p, cudaStream_t stream);
+
+template <typename Elem, int kHeadDim>
+cudaError_t fwd_sm90_run(const fa2_fwd_params_t &p, cudaStream_t stream);
 
 }  // namespace fa2

@@ -174,7 +174,8 @@ class PlanStruct(ctypes.Structure):
                 + [(n, _i32) for n in ("bwd_block_n", "bwd_block_m", "bwd_dq_block_m",
                                        "bwd_dq_block_n")]
                 + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
-                   ("bwd_supported", _i32), ("bwd_status", _i32)])
+                   ("bwd_supported", _i32), ("bwd_status", _i32),
+                   ("fwd_arch", _i32), ("reserved1", _i32)])
 
 
 def _struct_repr(s):

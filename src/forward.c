@@ -47,6 +47,7 @@ void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->head_dim = (int32_t)pr->head_dim;
     p->head_dim_bucket = plan->head_dim_bucket;
     p->is_bf16 = pr->dtype == FA2_DTYPE_BF16;
+    p->use_sm90 = plan->fwd_arch == 90;
     p->window_left = (int32_t)pr->window_left;
     p->window_right = pr->causal ? 0 : (int32_t)pr->window_right;
     p->softmax_scale = pr->softmax_scale;

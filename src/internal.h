@@ -27,12 +27,14 @@ void fa2_clear_error(void);
 #define FA2_PROBLEM_V1_SIZE sizeof(fa2_problem_t)
 #define FA2_DEVICE_INFO_V1_SIZE sizeof(fa2_device_info_t)
 
-/* One row of kernels/fwd_tiles.h. */
+/* One row of kernels/fwd_tiles.h (arch 80) or kernels/fwd_sm90_tiles.h (arch 90). */
 typedef struct fa2_fwd_tile_t {
     int32_t head_dim_bucket;
     int32_t block_m;
     int32_t block_n;
     int32_t warps;
+    int32_t arch;       /* 80: mma.sync kernel (any device); 90: wgmma kernel (sm_90) */
+    int64_t smem_bytes; /* dynamic shared memory per block */
 } fa2_fwd_tile_t;
 
 /* The compiled head dim a problem of `head_dim` runs in: the smallest bucket >=
@@ -40,8 +42,14 @@ typedef struct fa2_fwd_tile_t {
  * 8 themselves. */
 int fa2_head_dim_bucket(int64_t head_dim);
 
-/* The compiled tile of `bucket`; 0 and *tile untouched when there is none. */
+/* The compiled mma.sync tile of `bucket`; 0 and *tile untouched when there is none. */
 int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile);
+
+/* The tile the forward runs for `bucket` on `device`: the Hopper kernel's when the
+ * device is sm_90 and the library has sm_90a code for the bucket, else
+ * fa2_fwd_tile's. 0 and *tile untouched when there is none. */
+int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
+                            fa2_fwd_tile_t *tile);
 
 /* Every check fa2_plan makes; FA2_SUCCESS or the first failure (message set). */
 fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,

@@ -100,7 +100,7 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
         return s;
 
     d = fa2_head_dim_bucket(problem->head_dim);
-    if (!fa2_fwd_tile(d, &tile))
+    if (!fa2_fwd_tile_for_device(d, device, &tile))
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=%lld has no kernel",
                         (long long)problem->head_dim);
 
@@ -135,7 +135,8 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
                         (long long)problem->batch, (long long)problem->heads_q,
                         (long long)problem->seqlen_q, (int)tile.block_m,
                         (long long)out.grid_blocks);
-    out.smem_bytes = fa2_fwd_smem_bytes(tile.head_dim_bucket, tile.block_m, tile.block_n);
+    out.smem_bytes = tile.smem_bytes;
+    out.fwd_arch = tile.arch;
     out.workspace_bytes = 0;
     plan_backward(problem, device, tile.head_dim_bucket, &out);
 

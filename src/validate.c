@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "fwd_sm90_tiles.h"
 #include "fwd_tiles.h"
 #include "internal.h"
 
@@ -26,11 +27,35 @@ int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile)
         tile->block_m = (bm);                                             \
         tile->block_n = (bn);                                             \
         tile->warps = (w);                                                \
+        tile->arch = 80;                                                  \
+        tile->smem_bytes = fa2_fwd_smem_bytes((b), (bm), (bn));           \
         return 1;                                                         \
     }
     FA2_FWD_TILES(FA2_X)
 #undef FA2_X
     return 0;
+}
+
+int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
+                            fa2_fwd_tile_t *tile)
+{
+#if defined(FA2_WITH_SM90A)
+    if (device->cc_major == 9 && device->cc_minor == 0) {
+#define FA2_X(b, wg, bn)                                                      \
+        if (bucket == (b)) {                                                  \
+            tile->head_dim_bucket = (b);                                      \
+            tile->block_m = 64 * (wg);                                        \
+            tile->block_n = (bn);                                             \
+            tile->warps = 4 * (wg);                                           \
+            tile->arch = 90;                                                  \
+            tile->smem_bytes = fa2_fwd_sm90_smem_bytes((b), 64 * (wg), (bn)); \
+            return 1;                                                         \
+        }
+        FA2_FWD_SM90_TILES(FA2_X)
+#undef FA2_X
+    }
+#endif
+    return fa2_fwd_tile(bucket, tile);
 }
 
 static fa2_status_t check_range(const char *name, int64_t value, int64_t lo, int64_t hi)
@@ -178,10 +203,10 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
                         (int)dev->cc_major, (int)dev->cc_minor);
 
     /* The compiled tile's exact shared memory; see docs/planning.md. */
-    if (!fa2_fwd_tile(fa2_head_dim_bucket(p->head_dim), &tile))
+    if (!fa2_fwd_tile_for_device(fa2_head_dim_bucket(p->head_dim), dev, &tile))
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
                         "head_dim=%" PRId64 " has no compiled kernel", p->head_dim);
-    n = fa2_fwd_smem_bytes(tile.head_dim_bucket, tile.block_m, tile.block_n);
+    n = tile.smem_bytes;
     if (n > dev->smem_per_block_optin)
         return fa2_fail(FA2_ERROR_SHARED_MEMORY,
                         "head_dim=%" PRId64 " (kernel %dx%d, d=%d) needs %" PRId64

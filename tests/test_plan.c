@@ -13,18 +13,28 @@
 #include <cmocka.h>
 
 #include "fa2.h"
+#include "fwd_sm90_tiles.h"
 #include "fwd_tiles.h"
 
 typedef struct tile_t {
-    int64_t bucket, br, bc, warps;
+    int64_t bucket, br, bc, warps, arch, smem;
 } tile_t;
 
+/* The mma.sync kernel's table (every device). */
 static const tile_t tiles[] = {
-#define X(b, bm, bn, w) {b, bm, bn, w},
+#define X(b, bm, bn, w) {b, bm, bn, w, 80, ((bm) + 3 * (bn)) * (((b) + 63) / 64 * 64) * 2},
     FA2_FWD_TILES(X)
 #undef X
 };
 #define NTILES (sizeof tiles / sizeof tiles[0])
+
+/* The Hopper kernel's table: used on sm_90 when the library has sm_90a code. */
+static const tile_t sm90_tiles[] = {
+#define X(b, wg, bn) {b, 64 * (wg), bn, 4 * (wg), 90, (64 * (wg) + 3 * (bn)) * (b) * 2 + 1024},
+    FA2_FWD_SM90_TILES(X)
+#undef X
+};
+#define NSM90 (sizeof sm90_tiles / sizeof sm90_tiles[0])
 
 static const int64_t buckets[] = {32, 64, 96, 128, 192, 256};
 
@@ -38,6 +48,14 @@ static fa2_device_info_t device(int64_t optin)
     d.sm_count = 132;
     d.smem_per_block_optin = optin;
     d.smem_per_sm = optin + 1024;
+    return d;
+}
+
+/* An sm_80 device (A100-like, here with any shared-memory size). */
+static fa2_device_info_t device80(int64_t optin)
+{
+    fa2_device_info_t d = device(optin);
+    d.cc_major = 8;
     return d;
 }
 
@@ -58,6 +76,20 @@ static const tile_t *tile_of(int64_t bucket)
     return NULL;
 }
 
+/* The tile fa2_plan must pick for `bucket` on device `d`. */
+static const tile_t *tile_for(int64_t bucket, const fa2_device_info_t *d)
+{
+#if defined(FA2_WITH_SM90A)
+    if (d->cc_major == 9 && d->cc_minor == 0)
+        for (size_t i = 0; i < NSM90; i++)
+            if (sm90_tiles[i].bucket == bucket)
+                return &sm90_tiles[i];
+#else
+    (void)d;
+#endif
+    return tile_of(bucket);
+}
+
 /* The compiled table itself: one row per documented bucket, shapes the mma needs. */
 static void test_tile_table(void **state)
 {
@@ -71,6 +103,13 @@ static void test_tile_table(void **state)
         assert_true(t->warps == 4 || t->warps == 8);
         /* 16 query rows (one m16 mma tile) per warp at least. */
         assert_true(t->br % (16 * t->warps) == 0);
+        assert_int_equal(t->smem, fa2_fwd_smem_bytes(t->bucket, t->br, t->bc));
+    }
+    for (size_t i = 0; i < NSM90; i++) {
+        const tile_t *t = &sm90_tiles[i];
+        assert_non_null(tile_of(t->bucket)); /* a Hopper row replaces a bucket's tile */
+        assert_true(t->bucket % 64 == 0 && t->br % 64 == 0 && t->bc % 16 == 0);
+        assert_int_equal(t->smem, fa2_fwd_sm90_smem_bytes(t->bucket, t->br, t->bc));
     }
 }
 
@@ -90,7 +129,7 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
                        const fa2_plan_t *pl)
 {
     int64_t bucket = bucket_of(p->head_dim);
-    const tile_t *t = tile_of(bucket);
+    const tile_t *t = tile_for(bucket, d);
     int64_t m = d->smem_per_block_optin / 2; /* bytes -> 2-byte elements */
     int64_t seed = (m + 4 * bucket - 1) / (4 * bucket);
     int64_t per_head;
@@ -111,7 +150,8 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     assert_int_equal(pl->warps, t->warps);
     assert_true(pl->block_m >= 16 && pl->block_m % 16 == 0);
     assert_true(pl->block_n >= 16 && pl->block_n % 16 == 0);
-    assert_int_equal(pl->smem_bytes, fa2_fwd_smem_bytes(bucket, t->br, t->bc));
+    assert_int_equal(pl->fwd_arch, t->arch);
+    assert_int_equal(pl->smem_bytes, t->smem);
     /* Q (Br rows) + K double buffer + V (Bc rows each), rows of >= d 2-byte values. */
     assert_true(pl->smem_bytes >= (pl->block_m + 3 * pl->block_n) * bucket * 2);
     assert_true(pl->smem_bytes <= d->smem_per_block_optin);
@@ -153,14 +193,14 @@ static void test_properties_sweep(void **state)
                 for (size_t li = 0; li < 5; li++) {
                     fa2_problem_t p;
                     fa2_plan_t pl, poison;
-                    const tile_t *t = tile_of(bucket_of(hd));
+                    const tile_t *t = tile_for(bucket_of(hd), &d);
                     fa2_status_t s;
                     int fits;
                     fa2_problem_init(&p, dtypes[ti], 3, seqlens[li], 77, 6, 2, hd);
                     memset(&pl, 0xAB, sizeof pl);
                     poison = pl;
                     s = fa2_plan(&p, &d, &pl);
-                    fits = fa2_fwd_smem_bytes(t->bucket, t->br, t->bc) <= smem[si];
+                    fits = t->smem <= smem[si];
                     if (s != (fits ? FA2_SUCCESS : FA2_ERROR_SHARED_MEMORY)) {
                         print_error("M=%lld bytes d=%lld: status %d (%s)\n",
                                     (long long)smem[si], (long long)hd, (int)s,
@@ -184,8 +224,9 @@ static void test_properties_sweep(void **state)
     assert_true(rejected > 0);
     /* Every head dim runs at 227 KiB (H100/H200 opt-in). */
     for (int64_t hd = 8; hd <= 256; hd += 8) {
-        const tile_t *t = tile_of(bucket_of(hd));
-        assert_true(fa2_fwd_smem_bytes(t->bucket, t->br, t->bc) <= 227 * 1024);
+        fa2_device_info_t h = device(227 * 1024);
+        assert_true(tile_of(bucket_of(hd))->smem <= 227 * 1024);
+        assert_true(tile_for(bucket_of(hd), &h)->smem <= 227 * 1024);
     }
 }
 
@@ -249,22 +290,23 @@ static void test_rules(void **state)
     const tile_t *t = tile_of(128);
     fa2_device_info_t d;
     (void)state;
+    /* An sm_80 device throughout: the mma.sync table, on every build. */
     fa2_problem_init(&p, FA2_DTYPE_FP16, 1, 64, 64, 1, 1, 128);
 
     /* seed_br == Br exactly: M = 4 d Br elements. */
-    d = device(4 * 128 * t->br * 2);
+    d = device80(4 * 128 * t->br * 2);
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.seed_br, t->br);
     assert_int_equal(pl.block_m_rule, FA2_RULE_SEED_SRAM);
 
     /* seed_br one above Br: rounding down to 16 gives Br. */
-    d = device((4 * 128 * t->br + 1) * 2);
+    d = device80((4 * 128 * t->br + 1) * 2);
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.seed_br, t->br + 1);
     assert_int_equal(pl.block_m_rule, FA2_RULE_MMA_MULTIPLE);
 
     /* Plenty of memory: the compiled tile caps both sides. */
-    d = device(232448);
+    d = device80(232448);
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.block_m_rule, FA2_RULE_KERNEL_TILE);
     assert_int_equal(pl.block_n_rule, FA2_RULE_KERNEL_TILE);

@@ -1,0 +1,156 @@
+// The Hopper forward kernel (sm_90a): one thread block = Br query rows of one
+// (batch, head), one warpgroup per 64 rows. The same algorithm as fwd_kernel.cuh,
+// with the two GEMMs on wgmma: S = Q Kᵀ with both operands in shared memory (K-major),
+// O += P V with P in registers and V read MN-major. Tiles sit in the 128B-swizzled
+// panel layout of wgmma.cuh; K is double buffered, V single.
+#pragma once
+
+#include <stdint.h>
+
+#include "fwd_kernel.cuh"
+#include "fwd_sm90_tiles.h"
+#include "wgmma.cuh"
+
+namespace fa2 {
+
+template <int kHeadDim>
+struct FwdSm90Tile;
+
+#define FA2_FWD_SM90_TILE_SPEC(d, wg, n)            \
+    template <>                                     \
+    struct FwdSm90Tile<d> {                         \
+        static constexpr int kWarpgroups = wg;      \
+        static constexpr int kBlockN = n;           \
+    };
+FA2_FWD_SM90_TILES(FA2_FWD_SM90_TILE_SPEC)
+#undef FA2_FWD_SM90_TILE_SPEC
+
+template <typename Elem_, int kHeadDim_>
+struct FwdSm90Traits {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kWarpgroups = FwdSm90Tile<kHeadDim>::kWarpgroups;
+    static constexpr int kBlockM = 64 * kWarpgroups;
+    static constexpr int kBlockN = FwdSm90Tile<kHeadDim>::kBlockN;
+    static constexpr int kThreads = 128 * kWarpgroups;
+    // apply_mask's view: each warp owns one 16-row tile of a warpgroup's 64 rows.
+    static constexpr int kMTiles = 1;
+    static constexpr int kNTiles = kBlockN / 8;
+    static constexpr int kDTiles = kHeadDim / 8;
+    static constexpr int kLoadChunks = kHeadDim / 8;
+    static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+    static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+    static constexpr int kSmemBytes = kQBytes + 3 * kKVBytes + 1024;
+
+    static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
+    static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
+};
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd_params_t p)
+{
+#if defined(FA2_SM90A)
+    using Elem = typename Tr::Elem;
+    extern __shared__ __align__(1024) uint8_t smem[];
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int wg_row0 = (warp / 4) * 64;  // this warpgroup's first row in the tile
+
+    const auto [batch, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
+        query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
+
+    const Elem *q = static_cast<const Elem *>(p.q) + batch * p.q_batch_stride +
+                    head * p.q_head_stride + row_first * p.q_seq_stride;
+    const Elem *k = static_cast<const Elem *>(p.k) + batch * p.k_batch_stride +
+                    kv_head * p.k_head_stride;
+    const Elem *v = static_cast<const Elem *>(p.v) + batch * p.v_batch_stride +
+                    kv_head * p.v_head_stride;
+
+    const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
+    const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
+    auto load_kv = [&](uint32_t dst, const Elem *src, int64_t stride, int key_first) {
+        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+            dst, src + key_first * stride, stride, p.seqlen_k - key_first, p.head_dim, tid);
+    };
+
+    float o[1][Tr::kDTiles][4];
+    zero(o);
+    OnlineSoftmax<1> softmax;
+    softmax.init();
+
+    if (n_block_end > n_block_min) {
+        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+            q_smem, q, p.q_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
+        cp_async_commit();
+        int n_block = n_block_end - 1;
+        load_kv(k_smem, k, p.k_seq_stride, n_block * Tr::kBlockN);
+        cp_async_commit();
+
+        for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
+            const int key_first = n_block * Tr::kBlockN;
+            cp_async_wait<0>();  // K(n_block), and Q on the first pass
+            fence_proxy_async();
+            __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
+            load_kv(v_smem, v, p.v_seq_stride, key_first);
+            cp_async_commit();
+            const bool prefetch = n_block > n_block_min;
+            if (prefetch) {
+                load_kv(k_smem + ((it + 1) & 1) * Tr::kKVBytes, k, p.k_seq_stride, key_first - Tr::kBlockN);
+                cp_async_commit();
+            }
+
+            float s[1][Tr::kNTiles][4];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
+                wgmma_ss<Elem, 0, 0>(s[0], desc_k_major<Tr::kBlockM>(q_smem, wg_row0, kk),
+                                     desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, kk), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(s[0]);
+
+            if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
+                apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
+            softmax.update(s, o, p.scale_log2);
+            uint32_t pa[Tr::kBlockN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+
+            if (prefetch)
+                cp_async_wait<1>();  // V(n_block); K(n_block - 1) may still fly
+            else
+                cp_async_wait<0>();
+            fence_proxy_async();
+            __syncthreads();
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                wgmma_rs<Elem, 1>(o[0], pa[kk], desc_mn_major<Tr::kBlockN>(v_smem, kk), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(o[0]);
+        }
+    }
+
+    float inv_sum[1][2], lse[1][2];
+    softmax.finish(p.softmax_scale, inv_sum, lse);
+
+    const int warp_row0 = row_first + warp * 16;
+    store_acc<Elem>(o, inv_sum,
+                    static_cast<Elem *>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride,
+                    p.o_seq_stride, warp_row0, p.seqlen_q, 0, p.head_dim, lane);
+    if (p.lse && (lane & 3) == 0) {
+        float *lse_out = p.lse + (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = warp_row0 + (lane >> 2) + 8 * h;
+            if (row < p.seqlen_q) lse_out[row] = lse[0][h];
+        }
+    }
+#endif
+}
+
+}  // namespace fa2

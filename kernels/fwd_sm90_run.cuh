@@ -1,0 +1,27 @@
+// Definition of fa2::fwd_sm90_run: grid, shared memory, launch of the Hopper forward.
+#pragma once
+
+#include <stdint.h>
+
+#include "fwd_run.h"
+#include "fwd_sm90_kernel.cuh"
+
+namespace fa2 {
+
+template <typename Elem, int kHeadDim>
+cudaError_t fwd_sm90_run(const fa2_fwd_params_t &p, cudaStream_t stream)
+{
+    using Tr = FwdSm90Traits<Elem, kHeadDim>;
+    const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+    const int64_t grid = m_blocks * p.heads_q * p.batch;
+    if (grid < 1 || grid > INT32_MAX) return cudaErrorInvalidConfiguration;
+
+    auto kernel = fwd_sm90_kernel<Tr>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           Tr::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+    return cudaGetLastError();
+}
+
+}  // namespace fa2

@@ -1,0 +1,40 @@
+/* The Hopper (sm_90a, wgmma) forward kernel's compiled tiles, one row per head-dim
+ * bucket it serves; read by the planner (C) and the kernels. Buckets without a row run
+ * the mma.sync kernel (kernels/fwd_tiles.h) on every device. Why: docs/planning.md. */
+#ifndef FA2_FWD_SM90_TILES_H
+#define FA2_FWD_SM90_TILES_H
+
+#include <stdint.h>
+
+/* (head_dim_bucket, warpgroups (Br = 64 per warpgroup), block_n (Bc)); each can be
+ * overridden for tuning (CMake -DFA2_SM90_TILE_D128="128,2,128"). */
+#if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
+#define FA2_TILE_OVERRIDES_INCLUDED
+#include "fa2_tile_overrides.h"
+#endif
+#ifndef FA2_SM90_TILE_D64
+#define FA2_SM90_TILE_D64 (64, 2, 128)
+#endif
+#ifndef FA2_SM90_TILE_D128
+#define FA2_SM90_TILE_D128 (128, 2, 128)
+#endif
+#ifndef FA2_SM90_TILE_D256
+#define FA2_SM90_TILE_D256 (256, 2, 64)
+#endif
+
+#define FA2_APPLY_SM90_TILE(X, tile) X tile
+/* X(head_dim_bucket, warpgroups, block_n) */
+#define FA2_FWD_SM90_TILES(X)                      \
+    FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D64)      \
+    FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D128)     \
+    FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D256)
+
+/* Shared memory: Q (Br rows), two K buffers and one V buffer (Bc rows each), plus
+ * 1 KiB to align the tiles to wgmma's 1024-byte swizzle atoms. */
+static inline int64_t fa2_fwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t block_m,
+                                              int64_t block_n)
+{
+    return (block_m + 3 * block_n) * head_dim_bucket * 2 + 1024;
+}
+
+#endif

@@ -1,14 +1,30 @@
 // C boundary for the backward: picks the compiled kernels for the plan's head-dim
-// bucket and dtype.
+// bucket, dtype and kernel family.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "bwd_run.h"
+#include "bwd_sm90_tiles.h"
 #include "bwd_tiles.h"
+#include "sm90_device.h"
 
 extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+#if defined(FA2_WITH_SM90A)
+    if (p->use_sm90 && p->dq_accum && fa2::device_is_sm90()) {
+        switch (p->fwd.head_dim_bucket) {
+#define FA2_BWD_SM90_CASE(d, wg, bm)                                         \
+    case d:                                                                  \
+        return p->fwd.is_bf16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s)  \
+                              : fa2::bwd_sm90_run<__half, d>(*p, s);
+            FA2_BWD_SM90_TILES(FA2_BWD_SM90_CASE)
+#undef FA2_BWD_SM90_CASE
+        default:
+            break;
+        }
+    }
+#endif
     switch (p->fwd.head_dim_bucket) {
 #define FA2_BWD_CASE(d, bn, bm, w, sl, qbm, qbn, qw)                         \
     case d:                                                                  \

@@ -18,6 +18,7 @@ typedef struct fa2_bwd_params_t {
     float *d_sum;         /* workspace: rowsum(dO * O), contiguous [batch, heads_q, seqlen_q] */
     float *dq_accum;      /* workspace: fp32 dQ / scale, [batch, heads_q, seqlen_q, head_dim];
                              NULL in deterministic mode (dQ from its own kernel, no atomics) */
+    int32_t use_sm90;     /* 1: the plan chose the Hopper (wgmma) dK/dV kernel */
 } fa2_bwd_params_t;
 
 /* Launches the three backward kernels on `stream`. Returns a cudaError_t value. */

@@ -1,6 +1,7 @@
-// Host launcher of the backward kernels, per (element type, head-dim bucket).
-// Defined in bwd_run.cuh, instantiated in one generated translation unit each
-// (kernels/bwd_instance.cu.in); bwd_launch.cu dispatches to them.
+// Host launchers of the backward kernels, per (element type, head-dim bucket).
+// Defined in bwd_run.cuh / bwd_sm90_run.cuh, instantiated in one generated
+// translation unit each (kernels/bwd_instance.cu.in, bwd_sm90_instance.cu.in);
+// bwd_launch.cu dispatches to them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,5 +12,8 @@ namespace fa2 {
 
 template <typename Elem, int kHeadDim>
 cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream);
+
+template <typename Elem, int kHeadDim>
+cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream);
 
 }  // namespace fa2

@@ -6,27 +6,13 @@
 #include "fwd_run.h"
 #include "fwd_sm90_tiles.h"
 #include "fwd_tiles.h"
-
-// True when the current device can run the sm_90a kernels this library was built
-// with (a plan made for another device must not reach them).
-static bool device_is_sm90()
-{
-#if defined(FA2_WITH_SM90A)
-    int dev = 0, major = 0, minor = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-           major == 9 && minor == 0;
-#else
-    return false;
-#endif
-}
+#include "sm90_device.h"
 
 extern "C" int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #if defined(FA2_WITH_SM90A)
-    if (p->use_sm90 && device_is_sm90()) {
+    if (p->use_sm90 && fa2::device_is_sm90()) {
         switch (p->head_dim_bucket) {
 #define FA2_FWD_SM90_CASE(d, wg, n)                                          \
     case d:                                                                  \

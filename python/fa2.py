@@ -154,7 +154,7 @@ class Problem(ctypes.Structure):
                                        "head_dim", "window_left", "window_right")]
                 + [("softmax_scale", ctypes.c_float), ("reserved0", _i32)]
                 + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
-                + [("deterministic", _i32), ("reserved1", _i32)])
+                + [("deterministic", _i32), ("bwd_arch", _i32)])
 
 
 class DeviceInfo(ctypes.Structure):
@@ -175,7 +175,7 @@ class PlanStruct(ctypes.Structure):
                                        "bwd_dq_block_n")]
                 + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
                    ("bwd_supported", _i32), ("bwd_status", _i32),
-                   ("fwd_arch", _i32), ("reserved1", _i32)])
+                   ("fwd_arch", _i32), ("bwd_arch", _i32)])
 
 
 def _struct_repr(s):

@@ -82,6 +82,7 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
      * accumulator unless deterministic (plan_backward in plan.c sizes it). */
     p.d_sum = (float *)workspace;
     p.dq_accum = NULL;
+    p.use_sm90 = plan->bwd_arch == 90;
     if (!plan->problem.deterministic) {
         const int64_t rows = plan->problem.batch * plan->problem.heads_q * plan->problem.seqlen_q;
         p.dq_accum = (float *)((char *)workspace + (rows * 4 + 255) / 256 * 256);

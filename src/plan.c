@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bwd_sm90_tiles.h"
 #include "bwd_tiles.h"
 #include "fwd_tiles.h"
 #include "internal.h"
@@ -62,6 +63,22 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     else
         dq = 0;
     out->bwd_smem_bytes = dkdv + ds > dq ? dkdv + ds : dq;
+    out->bwd_arch = 80;
+#if defined(FA2_WITH_SM90A)
+    /* sm_90, default mode: the Hopper dK/dV kernel (dQ by atomics) where it has a row. */
+    if (!pr->deterministic && device->cc_major == 9 && device->cc_minor == 0) {
+#define FA2_BWD_SM90_ROW(d, wg, bm)                                             \
+        if (bucket == d) {                                                      \
+            out->bwd_block_n = 64 * (wg);                                       \
+            out->bwd_block_m = bm;                                              \
+            out->bwd_smem_bytes = fa2_bwd_sm90_smem_bytes(d, 64 * (wg), bm);    \
+            out->bwd_arch = 90;                                                 \
+            slices = 1;                                                         \
+        }
+        FA2_BWD_SM90_TILES(FA2_BWD_SM90_ROW)
+#undef FA2_BWD_SM90_ROW
+    }
+#endif
     out->bwd_status = FA2_SUCCESS;
 
     /* D: batch * heads_q * seqlen_q floats (validation bounds it), padded to 256 bytes;

@@ -1,0 +1,38 @@
+/* The Hopper (sm_90a, wgmma) dK/dV kernel's compiled tiles, one row per head-dim
+ * bucket it serves; read by the planner (C) and the kernels. It runs the default
+ * (atomic dQ) mode on sm_90 devices; other buckets, devices and deterministic mode run
+ * the mma.sync kernels (kernels/bwd_tiles.h). Why: docs/planning.md. */
+#ifndef FA2_BWD_SM90_TILES_H
+#define FA2_BWD_SM90_TILES_H
+
+#include <stdint.h>
+
+/* (head_dim_bucket, warpgroups (block_n = 64 keys per warpgroup), block_m (queries
+ * per step, 64)); overridable for tuning (CMake -DFA2_SM90_BWD_TILE_D128="128,2,64"). */
+#if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
+#define FA2_TILE_OVERRIDES_INCLUDED
+#include "fa2_tile_overrides.h"
+#endif
+#ifndef FA2_SM90_BWD_TILE_D64
+#define FA2_SM90_BWD_TILE_D64 (64, 2, 64)
+#endif
+#ifndef FA2_SM90_BWD_TILE_D128
+#define FA2_SM90_BWD_TILE_D128 (128, 2, 64)
+#endif
+
+#define FA2_APPLY_SM90_BWD_TILE(X, tile) X tile
+/* X(head_dim_bucket, warpgroups, block_m) */
+#define FA2_BWD_SM90_TILES(X)                          \
+    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64)  \
+    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128)
+
+/* Shared memory: K and V (block_n rows), Q and dO double buffered (block_m rows), dSᵀ
+ * (block_n × block_m), LSE and D double buffered, 1 KiB for 1024-byte alignment. */
+static inline int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t block_n,
+                                              int64_t block_m)
+{
+    return (2 * block_n + 4 * block_m) * head_dim_bucket * 2 + block_n * block_m * 2 +
+           4 * block_m * 4 + 1024;
+}
+
+#endif

@@ -1,7 +1,8 @@
-/* Planner properties: for every supported head dim, several shared-memory sizes and
- * both dtypes, an accepted plan fits the device, has tiles that are multiples of 16,
- * covers the problem with its grid, and reports the seed values of the
- * FlashAttention rule, computed here independently. CPU only. */
+/* Planner properties: for every supported head dim, several shared-memory sizes,
+ * both dtypes, both backward modes and sm_80/sm_90 devices, an accepted plan fits the
+ * device, has tiles that are multiples of 16, covers the problem with its grid, runs
+ * the kernel family (fwd_arch, bwd_arch) and tiles of the compiled tables, and reports
+ * the seed values of the FlashAttention rule, computed here independently. CPU only. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "bwd_sm90_tiles.h"
+#include "bwd_tiles.h"
 #include "fa2.h"
 #include "fwd_sm90_tiles.h"
 #include "fwd_tiles.h"
@@ -35,6 +38,54 @@ static const tile_t sm90_tiles[] = {
 #undef X
 };
 #define NSM90 (sizeof sm90_tiles / sizeof sm90_tiles[0])
+
+/* The backward's tiles. Shared memory, written out here from docs/planning.md:
+ *   dkdv: K, V (block_n rows), Q, dO double buffered (block_m rows), rows of d rounded
+ *         up to 64 2-byte values; LSE and D double buffered (block_m floats each);
+ *   ds:   dS of one step, block_m rows of max(2 block_n, 128) bytes (default mode);
+ *   dq:   the deterministic mode's dQ kernel: Q, dO (dq_block_m rows), K, V double
+ *         buffered (dq_block_n rows).
+ * The plan's bwd_smem_bytes is dkdv + ds in default mode, max(dkdv, dq) in
+ * deterministic mode (bwd_smem_of). */
+typedef struct bwd_tile_t {
+    int64_t bucket, block_n, block_m, dq_block_m, dq_block_n, arch;
+    int64_t dkdv, ds, dq;
+} bwd_tile_t;
+
+#define COLS(b) (((b) + 63) / 64 * 64)
+#define DKDV_SMEM(b, bn, bm) ((2 * (bn) + 4 * (bm)) * COLS(b) * 2 + 4 * (bm) * 4)
+#define DS_SMEM(bn, bm) ((bm) * (2 * (bn) > 128 ? 2 * (bn) : 128))
+#define DQ_SMEM(b, qbm, qbn) ((2 * (qbm) + 4 * (qbn)) * COLS(b) * 2)
+
+/* The mma.sync kernels' table (every device; deterministic mode everywhere). */
+static const bwd_tile_t bwd_tiles[] = {
+#define X(b, bn, bm, w, sl, qbm, qbn, qw) \
+    {b, bn, bm, qbm, qbn, 80, DKDV_SMEM(b, bn, bm), DS_SMEM(bn, bm), DQ_SMEM(b, qbm, qbn)},
+    FA2_BWD_TILES(X)
+#undef X
+};
+#define NBWD (sizeof bwd_tiles / sizeof bwd_tiles[0])
+
+/* The Hopper dK/dV kernel's table (sm_90, default mode, sm_90a builds). A row is
+ * (d, warpgroups, block_m[, split]); a row without `split` reads as split = 0 (the
+ * variadic X takes both forms). block_n is 64 keys per warpgroup, or 64 keys shared
+ * by the warpgroups when split. Shared memory: K, V (block_n rows), Q, dO double
+ * buffered (block_m rows), rows of d 2-byte values in 128-byte panels; dS^T (block_n x
+ * block_m, 2 bytes; split: also P^T and P in fp32, 8 bytes in all); LSE and D double
+ * buffered; 1 KiB of alignment slack. Only dkdv is used (ds = dq = 0); the plan keeps
+ * the mma.sync row's dq_block_m/n (unused in default mode). */
+#define SM90_BWD_BN(wg, split) ((split) ? 64 : 64 * (wg))
+#define SM90_BWD_SMEM(b, bn, bm, split) \
+    ((2 * (bn) + 4 * (bm)) * (b) * 2 + (bn) * (bm) * ((split) ? 8 : 2) + 4 * (bm) * 4 + 1024)
+#define SM90_BWD_ROW(b, wg, bm, split, ...) \
+    {b, SM90_BWD_BN(wg, split), bm, 0, 0, 90, \
+     SM90_BWD_SMEM(b, SM90_BWD_BN(wg, split), bm, split), 0, 0},
+static const bwd_tile_t bwd_sm90_tiles[] = {
+#define X(...) SM90_BWD_ROW(__VA_ARGS__, 0, 0)
+    FA2_BWD_SM90_TILES(X)
+#undef X
+};
+#define NBWD90 (sizeof bwd_sm90_tiles / sizeof bwd_sm90_tiles[0])
 
 static const int64_t buckets[] = {32, 64, 96, 128, 192, 256};
 
@@ -90,6 +141,50 @@ static const tile_t *tile_for(int64_t bucket, const fa2_device_info_t *d)
     return tile_of(bucket);
 }
 
+static const bwd_tile_t *bwd_tile_of(int64_t bucket)
+{
+    for (size_t i = 0; i < NBWD; i++)
+        if (bwd_tiles[i].bucket == bucket)
+            return &bwd_tiles[i];
+    return NULL;
+}
+
+/* The backward tiles fa2_plan must pick for `bucket` on device `d` in the given mode:
+ * the Hopper dK/dV kernel's row on sm_90 in default mode when the library has sm_90a
+ * code and the table has the bucket, else the mma.sync row. 0 if no row at all. */
+static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int deterministic,
+                        bwd_tile_t *out)
+{
+    const bwd_tile_t *t = bwd_tile_of(bucket);
+    if (!t)
+        return 0;
+    *out = *t;
+#if defined(FA2_WITH_SM90A)
+    if (!deterministic && d->cc_major == 9 && d->cc_minor == 0)
+        for (size_t i = 0; i < NBWD90; i++)
+            if (bwd_sm90_tiles[i].bucket == bucket) {
+                out->block_n = bwd_sm90_tiles[i].block_n;
+                out->block_m = bwd_sm90_tiles[i].block_m;
+                out->arch = 90;
+                out->dkdv = bwd_sm90_tiles[i].dkdv;
+                out->ds = 0;
+                out->dq = 0;
+            }
+#else
+    (void)d;
+    (void)deterministic;
+#endif
+    return 1;
+}
+
+/* bwd_smem_bytes for tile `t` in the given mode. */
+static int64_t bwd_smem_of(const bwd_tile_t *t, int deterministic)
+{
+    if (deterministic)
+        return t->dkdv > t->dq ? t->dkdv : t->dq;
+    return t->dkdv + t->ds;
+}
+
 /* The compiled table itself: one row per documented bucket, shapes the mma needs. */
 static void test_tile_table(void **state)
 {
@@ -110,6 +205,32 @@ static void test_tile_table(void **state)
         assert_non_null(tile_of(t->bucket)); /* a Hopper row replaces a bucket's tile */
         assert_true(t->bucket % 64 == 0 && t->br % 64 == 0 && t->bc % 16 == 0);
         assert_int_equal(t->smem, fa2_fwd_sm90_smem_bytes(t->bucket, t->br, t->bc));
+    }
+    /* Backward: one mma.sync row per bucket, the header's formulas are the documented
+     * ones; Hopper rows replace buckets that exist, in whole 64-row wgmma tiles and
+     * 128-byte panels. */
+    assert_int_equal(NBWD, sizeof buckets / sizeof buckets[0]);
+    for (size_t i = 0; i < NBWD; i++) {
+        const bwd_tile_t *t = bwd_tile_of(buckets[i]);
+        int64_t cols = fa2_fwd_smem_cols(buckets[i]);
+        assert_non_null(t);
+        assert_true(t->block_n >= 16 && t->block_n % 16 == 0);
+        assert_true(t->block_m >= 16 && t->block_m % 16 == 0);
+        assert_true(t->dq_block_m >= 16 && t->dq_block_m % 16 == 0);
+        assert_true(t->dq_block_n >= 16 && t->dq_block_n % 16 == 0);
+        assert_int_equal(t->arch, 80);
+        assert_int_equal(t->dkdv, fa2_bwd_dkdv_smem_bytes(cols, t->block_n, t->block_m));
+        assert_int_equal(t->ds, fa2_bwd_ds_smem_bytes(t->block_n, t->block_m));
+        assert_int_equal(t->dq, fa2_bwd_dq_smem_bytes(cols, t->dq_block_m, t->dq_block_n));
+    }
+    for (size_t i = 0; i < NBWD90; i++) {
+        const bwd_tile_t *t = &bwd_sm90_tiles[i];
+        assert_non_null(bwd_tile_of(t->bucket));
+        assert_true(t->bucket % 64 == 0);
+        assert_true(t->block_n >= 64 && t->block_n % 64 == 0);
+        assert_true(t->block_m >= 64 && t->block_m % 64 == 0 && t->block_m <= 256);
+        assert_int_equal(t->arch, 90);
+        assert_true(t->dkdv > 0);
     }
 }
 
@@ -133,6 +254,7 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     int64_t m = d->smem_per_block_optin / 2; /* bytes -> 2-byte elements */
     int64_t seed = (m + 4 * bucket - 1) / (4 * bucket);
     int64_t per_head;
+    bwd_tile_t bt = {0};
 
     assert_non_null(t);
     assert_int_equal(pl->struct_size, sizeof(fa2_plan_t));
@@ -165,6 +287,19 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     assert_true((per_head - 1) * pl->block_m < p->seqlen_q);
     assert_int_equal(pl->workspace_bytes, 0);
 
+    /* Backward: the kernel family and tiles of the table for this device and mode;
+     * refused for shared memory exactly when those tiles do not fit. */
+    assert_true(bwd_tile_for(bucket, d, p->deterministic, &bt));
+    assert_int_equal(pl->bwd_arch, bt.arch);
+    assert_int_equal(pl->bwd_block_n, bt.block_n);
+    assert_int_equal(pl->bwd_block_m, bt.block_m);
+    assert_int_equal(pl->bwd_dq_block_m, bt.dq_block_m);
+    assert_int_equal(pl->bwd_dq_block_n, bt.dq_block_n);
+    assert_int_equal(pl->bwd_smem_bytes, bwd_smem_of(&bt, p->deterministic));
+    assert_int_equal(pl->bwd_status == FA2_ERROR_SHARED_MEMORY,
+                     pl->bwd_smem_bytes > d->smem_per_block_optin);
+    assert_int_equal(pl->bwd_supported, pl->bwd_status == FA2_SUCCESS);
+
     /* The problem, copied, with the default scale resolved. */
     assert_int_equal(pl->problem.struct_size, sizeof(fa2_problem_t));
     assert_int_equal(pl->problem.head_dim, p->head_dim);
@@ -177,56 +312,71 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
         assert_true(pl->problem.softmax_scale == p->softmax_scale);
 }
 
-/* Every head dim 8..256 (step 8) x M x dtype x a few lengths. Accepted exactly when
- * the compiled tile fits in the device's shared memory. */
+/* Every head dim 8..256 (step 8) x M x dtype x a few lengths x backward mode, on an
+ * sm_90 and an sm_80 device. Accepted exactly when the compiled forward tile fits in
+ * the device's shared memory. */
 static void test_properties_sweep(void **state)
 {
     static const int64_t smem[] = {48 * 1024, 99 * 1024, 163 * 1024, 227 * 1024};
     static const int64_t seqlens[] = {1, 17, 128, 129, 1000};
     static const fa2_dtype_t dtypes[] = {FA2_DTYPE_FP16, FA2_DTYPE_BF16};
-    int accepted = 0, rejected = 0;
+    int accepted = 0, rejected = 0, bwd_refused = 0;
     (void)state;
-    for (size_t si = 0; si < 4; si++) {
-        fa2_device_info_t d = device(smem[si]);
-        for (int64_t hd = 8; hd <= 256; hd += 8) {
-            for (size_t ti = 0; ti < 2; ti++) {
-                for (size_t li = 0; li < 5; li++) {
-                    fa2_problem_t p;
-                    fa2_plan_t pl, poison;
-                    const tile_t *t = tile_for(bucket_of(hd), &d);
-                    fa2_status_t s;
-                    int fits;
-                    fa2_problem_init(&p, dtypes[ti], 3, seqlens[li], 77, 6, 2, hd);
-                    memset(&pl, 0xAB, sizeof pl);
-                    poison = pl;
-                    s = fa2_plan(&p, &d, &pl);
-                    fits = t->smem <= smem[si];
-                    if (s != (fits ? FA2_SUCCESS : FA2_ERROR_SHARED_MEMORY)) {
-                        print_error("M=%lld bytes d=%lld: status %d (%s)\n",
-                                    (long long)smem[si], (long long)hd, (int)s,
-                                    fa2_last_error());
-                        fail();
-                    }
-                    if (s == FA2_SUCCESS) {
-                        check_plan(&p, &d, &pl);
-                        accepted++;
-                    } else {
-                        assert_non_null(strstr(fa2_last_error(), "needs"));
-                        assert_memory_equal(&pl, &poison, sizeof pl);
-                        rejected++;
+    for (int cc = 8; cc <= 9; cc++) {
+        for (size_t si = 0; si < 4; si++) {
+            fa2_device_info_t d = cc == 9 ? device(smem[si]) : device80(smem[si]);
+            for (int64_t hd = 8; hd <= 256; hd += 8) {
+                for (size_t ti = 0; ti < 2; ti++) {
+                    for (size_t li = 0; li < 5; li++) {
+                        for (int det = 0; det < 2; det++) {
+                            fa2_problem_t p;
+                            fa2_plan_t pl, poison;
+                            const tile_t *t = tile_for(bucket_of(hd), &d);
+                            fa2_status_t s;
+                            int fits;
+                            fa2_problem_init(&p, dtypes[ti], 3, seqlens[li], 77, 6, 2, hd);
+                            p.deterministic = det;
+                            memset(&pl, 0xAB, sizeof pl);
+                            poison = pl;
+                            s = fa2_plan(&p, &d, &pl);
+                            fits = t->smem <= smem[si];
+                            if (s != (fits ? FA2_SUCCESS : FA2_ERROR_SHARED_MEMORY)) {
+                                print_error("cc %d.0 M=%lld bytes d=%lld det=%d: status %d "
+                                            "(%s)\n",
+                                            cc, (long long)smem[si], (long long)hd, det,
+                                            (int)s, fa2_last_error());
+                                fail();
+                            }
+                            if (s == FA2_SUCCESS) {
+                                check_plan(&p, &d, &pl);
+                                accepted++;
+                                bwd_refused += !pl.bwd_supported;
+                            } else {
+                                assert_non_null(strstr(fa2_last_error(), "needs"));
+                                assert_memory_equal(&pl, &poison, sizeof pl);
+                                rejected++;
+                            }
+                        }
                     }
                 }
             }
         }
     }
-    /* Both branches ran: the sweep is not vacuous. */
+    /* Every branch ran: the sweep is not vacuous. */
     assert_true(accepted > 0);
     assert_true(rejected > 0);
-    /* Every head dim runs at 227 KiB (H100/H200 opt-in). */
+    assert_true(bwd_refused > 0);
+    /* Every head dim runs forward and backward, in both modes, at 227 KiB (H100/H200
+     * opt-in). */
     for (int64_t hd = 8; hd <= 256; hd += 8) {
         fa2_device_info_t h = device(227 * 1024);
+        bwd_tile_t bt = {0};
         assert_true(tile_of(bucket_of(hd))->smem <= 227 * 1024);
         assert_true(tile_for(bucket_of(hd), &h)->smem <= 227 * 1024);
+        for (int det = 0; det < 2; det++) {
+            assert_true(bwd_tile_for(bucket_of(hd), &h, det, &bt));
+            assert_true(bwd_smem_of(&bt, det) <= 227 * 1024);
+        }
     }
 }
 
@@ -280,6 +430,70 @@ static void test_h200_worked_example(void **state)
     /* The seed's 4 B x d model allows 112 rows; the kernel's 128 rows still fit. */
     assert_int_equal(pl.block_m_rule, pl.block_m == 112 ? FA2_RULE_MMA_MULTIPLE
                                                         : FA2_RULE_KERNEL_TILE);
+}
+
+/* Which kernel family runs where: the Hopper kernels (arch 90) only on cc 9.0, only
+ * in a build with sm_90a code, only for the buckets of their tables, and for the
+ * backward only in default mode; the mma.sync kernels (arch 80) everywhere else. */
+static void test_kernel_family(void **state)
+{
+    static const int32_t ccs[][2] = {{8, 0}, {8, 6}, {8, 9}, {9, 0}, {10, 0}, {12, 0}};
+    int fwd90 = 0, bwd90 = 0;
+    (void)state;
+    for (size_t ci = 0; ci < sizeof ccs / sizeof ccs[0]; ci++) {
+        fa2_device_info_t d = device(232448);
+        int hopper = ccs[ci][0] == 9 && ccs[ci][1] == 0;
+        d.cc_major = ccs[ci][0];
+        d.cc_minor = ccs[ci][1];
+        for (size_t i = 0; i < sizeof buckets / sizeof buckets[0]; i++) {
+            int in_fwd90 = 0, in_bwd90 = 0;
+            for (size_t j = 0; j < NSM90; j++)
+                in_fwd90 |= sm90_tiles[j].bucket == buckets[i];
+            for (size_t j = 0; j < NBWD90; j++)
+                in_bwd90 |= bwd_sm90_tiles[j].bucket == buckets[i];
+#if !defined(FA2_WITH_SM90A)
+            in_fwd90 = in_bwd90 = 0; /* no sm_90a code: mma.sync everywhere */
+#endif
+            for (int det = 0; det < 2; det++) {
+                fa2_problem_t p;
+                fa2_plan_t pl;
+                fa2_problem_init(&p, FA2_DTYPE_BF16, 2, 1000, 1000, 4, 2, buckets[i]);
+                p.deterministic = det;
+                assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+                assert_int_equal(pl.fwd_arch, hopper && in_fwd90 ? 90 : 80);
+                assert_int_equal(pl.bwd_arch, hopper && in_bwd90 && !det ? 90 : 80);
+                if (pl.bwd_arch == 80) {
+                    const bwd_tile_t *t = bwd_tile_of(buckets[i]);
+                    assert_int_equal(pl.bwd_block_n, t->block_n);
+                    assert_int_equal(pl.bwd_block_m, t->block_m);
+                    assert_int_equal(pl.bwd_smem_bytes, bwd_smem_of(t, det));
+                } else {
+                    assert_int_equal(pl.bwd_block_n % 64, 0);
+                    assert_int_equal(pl.bwd_block_m % 64, 0);
+                    assert_true(pl.bwd_smem_bytes <= d.smem_per_block_optin);
+                }
+                if (pl.fwd_arch == 90) {
+                    assert_int_equal(pl.block_m % 64, 0);
+                    assert_int_equal(pl.warps, pl.block_m / 16);
+                    assert_int_equal(pl.smem_bytes, fa2_fwd_sm90_smem_bytes(
+                                                        buckets[i], pl.block_m, pl.block_n));
+                }
+                check_plan(&p, &d, &pl);
+                fwd90 += pl.fwd_arch == 90;
+                bwd90 += pl.bwd_arch == 90;
+            }
+        }
+    }
+#if defined(FA2_WITH_SM90A)
+    /* The H200 runs the Hopper kernels for every bucket of their tables (both modes for
+     * the forward, default mode for the backward): the checks above are not vacuous. */
+    assert_int_equal(fwd90, 2 * (int)NSM90);
+    assert_int_equal(bwd90, (int)NBWD90);
+    assert_true(NSM90 > 0 && NBWD90 > 0);
+#else
+    assert_int_equal(fwd90, 0);
+    assert_int_equal(bwd90, 0);
+#endif
 }
 
 /* Each rule value is reachable, with a device sized to make it so. */
@@ -383,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_properties_sweep),
         cmocka_unit_test(test_h200_every_bucket),
         cmocka_unit_test(test_h200_worked_example),
+        cmocka_unit_test(test_kernel_family),
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_bucket_mapping_and_scale),
         cmocka_unit_test(test_grid),

@@ -54,7 +54,7 @@ run_step configure "$OUT/build.log" cmake -S . -B "$BUILD" -G Ninja \
 build_time="not built"
 if [ "$configured" = 1 ]; then
     t0=$(date +%s)
-    run_step build "$OUT/build.log" cmake --build "$BUILD" -j16
+    run_step build "$OUT/build.log" cmake --build "$BUILD" -j16 -- -k 0
     build_time="$(( $(date +%s) - t0 )) s (-j16, 90a-real)"
 fi
 

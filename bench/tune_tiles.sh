@@ -13,7 +13,7 @@ for variant in "$@"; do
   d=${tile%%,*}
   dir=build-tune-${var}-${tile//,/_}
   extra=--no-backward
-  [[ $var == FA2_BWD_TILE_* ]] && extra=
+  [[ $var == *BWD_TILE_* ]] && extra=
   cmake -S . -B "$dir" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real -DFA2_BUILD_TESTS=OFF \
     -DFA2_BUILD_BENCH=OFF "-D$var=$tile" > "$dir.cfg.log" 2>&1 &&
     cmake --build "$dir" -j16 --target fa2 > "$dir.build.log" 2>&1 ||

@@ -14,7 +14,7 @@ extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
 #if defined(FA2_WITH_SM90A)
     if (p->use_sm90 && p->dq_accum && fa2::device_is_sm90()) {
         switch (p->fwd.head_dim_bucket) {
-#define FA2_BWD_SM90_CASE(d, wg, bm)                                         \
+#define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                     \
     case d:                                                                  \
         return p->fwd.is_bf16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s)  \
                               : fa2::bwd_sm90_run<__half, d>(*p, s);

@@ -1,11 +1,11 @@
 // The Hopper dK/dV kernel (sm_90a), default mode (dQ by fp32 atomics): one thread
 // block = block_n keys of one (batch, kv head), one warpgroup per 64 keys; it loops
-// over the query heads of the GQA group and the query tiles (block_m = 64 rows) that
-// see its keys. Per step, each warpgroup runs on wgmma:
+// over the query heads of the GQA group and the query tiles (block_m rows) that
+// see its keys (block_m = 64 or 64 per warpgroup). Per step, each warpgroup runs on wgmma:
 //   Sᵀ = K Qᵀ, dPᵀ = V dOᵀ        (shared × shared, both K-major; keys are rows)
 //   Pᵀ = exp(scale·Sᵀ − LSE), dSᵀ = Pᵀ ∘ (dPᵀ − D)   (registers)
 //   dV += Pᵀ dO, dK += dSᵀ Q      (registers × shared, dO and Q MN-major)
-//   dQ[:, its d/warpgroups columns] += dS K   (dSᵀ through shared memory, MN-major A)
+//   dQ[its rows or columns] += dS K   (dSᵀ through shared memory, MN-major A)
 // and adds its dQ part to the fp32 accumulator with atomics. Q, dO, LSE and D are
 // double buffered with cp.async; tiles use the panel layout of wgmma.cuh.
 #pragma once
@@ -21,11 +21,12 @@ namespace fa2 {
 template <int kHeadDim>
 struct BwdSm90Tile;
 
-#define FA2_BWD_SM90_TILE_SPEC(d, wg, bm)           \
+#define FA2_BWD_SM90_TILE_SPEC(d, wg, bm, split)    \
     template <>                                     \
     struct BwdSm90Tile<d> {                         \
         static constexpr int kWarpgroups = wg;      \
         static constexpr int kBlockM = bm;          \
+        static constexpr bool kSplit = split;       \
     };
 FA2_BWD_SM90_TILES(FA2_BWD_SM90_TILE_SPEC)
 #undef FA2_BWD_SM90_TILE_SPEC
@@ -39,7 +40,10 @@ struct BwdSm90Traits {
     static constexpr int kBlockM = BwdSm90Tile<kHeadDim>::kBlockM;
     static constexpr int kThreads = 128 * kWarpgroups;
     static constexpr int kLoadChunks = kHeadDim / 8;
-    static constexpr int kDqCols = kHeadDim / kWarpgroups;  // dQ columns per warpgroup
+    // dQ = dS K per warpgroup: its own 64 query rows and every column when block_m has
+    // 64 per warpgroup, else all (64) rows and d / warpgroups columns.
+    static constexpr bool kDqSplitRows = kBlockM == 64 * kWarpgroups;
+    static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / kWarpgroups;
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
     static constexpr int kQBytes = kBlockM * kHeadDim * 2;
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;
@@ -47,7 +51,8 @@ struct BwdSm90Traits {
     static constexpr int kSmemBytes = 2 * kKVBytes + 4 * kQBytes + kDsBytes + kStatsBytes + 1024;
 
     static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
-    static_assert(kBlockM == 64, "dQ = dS K is one m64 wgmma tile per warpgroup");
+    static_assert(kBlockM == 64 || kDqSplitRows, "dQ = dS K is one m64 wgmma tile per warpgroup");
+    static_assert(kBlockM <= 256 && kBlockM % 64 == 0, "wgmma n; dSᵀ in whole panels");
     static_assert(kDqCols % 16 == 0, "wgmma n");
 };
 
@@ -119,7 +124,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
     zero(dv);
     zero(dk);
     const int key0 = wg * 64;  // this warpgroup's first key row in the block
-    const int dq_col0 = wg * Tr::kDqCols;
+    const int dq_col0 = Tr::kDqSplitRows ? 0 : wg * Tr::kDqCols;
+    const int dq_row0 = Tr::kDqSplitRows ? wg * 64 : 0;  // in the query tile
 
     if (steps > 0) {
         const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride +
@@ -230,7 +236,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_ss<Elem, 1, 1>(dq, desc_mn_major<Tr::kBlockN>(ds_smem, kk),
+                wgmma_ss<Elem, 1, 1>(dq, desc_mn_major<Tr::kBlockN>(ds_smem, kk, dq_row0 / 64),
                                      wgmma_desc(k_smem + (dq_col0 / 64) * Tr::kBlockN * 128 +
                                                     (dq_col0 % 64) * 2 + kk * 16 * 128,
                                                 Tr::kBlockN * 128, 1024),
@@ -243,7 +249,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
 
             float *acc = p.dq_accum +
                          ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
-            const int q_row = row0 + (warp % 4) * 16 + (lane >> 2);
+            const int q_row = row0 + dq_row0 + (warp % 4) * 16 + (lane >> 2);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = q_row + 8 * h;

@@ -7,32 +7,47 @@
 
 #include <stdint.h>
 
-/* (head_dim_bucket, warpgroups (block_n = 64 keys per warpgroup), block_m (queries
- * per step, 64)); overridable for tuning (CMake -DFA2_SM90_BWD_TILE_D128="128,2,64"). */
+/* (head_dim_bucket, warpgroups, block_m (queries per step), split).
+ *   split 0: block_n = 64 keys per warpgroup; block_m = 64, or 64 per warpgroup.
+ *   split 1: block_n = 64 keys shared by two warpgroups that split each step's work and
+ *            the d columns (kernels/bwd_sm90_split_kernel.cuh), block_m = 64: for head
+ *            dims whose dK and dV (64 × d each) do not fit one warpgroup's registers.
+ * Overridable for tuning (CMake -DFA2_SM90_BWD_TILE_D128="128,2,64,0"). */
 #if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
 #define FA2_TILE_OVERRIDES_INCLUDED
 #include "fa2_tile_overrides.h"
 #endif
 #ifndef FA2_SM90_BWD_TILE_D64
-#define FA2_SM90_BWD_TILE_D64 (64, 2, 64)
+#define FA2_SM90_BWD_TILE_D64 (64, 2, 128, 0)
 #endif
 #ifndef FA2_SM90_BWD_TILE_D128
-#define FA2_SM90_BWD_TILE_D128 (128, 2, 64)
+#define FA2_SM90_BWD_TILE_D128 (128, 2, 64, 0)
+#endif
+#ifndef FA2_SM90_BWD_TILE_D256
+#define FA2_SM90_BWD_TILE_D256 (256, 2, 64, 1)
 #endif
 
 #define FA2_APPLY_SM90_BWD_TILE(X, tile) X tile
-/* X(head_dim_bucket, warpgroups, block_m) */
+/* X(head_dim_bucket, warpgroups, block_m, split) */
 #define FA2_BWD_SM90_TILES(X)                          \
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64)  \
-    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128)
+    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128) \
+    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256)
+
+/* Keys per thread block. */
+static inline int64_t fa2_bwd_sm90_block_n(int64_t warpgroups, int64_t split)
+{
+    return split ? 64 : 64 * warpgroups;
+}
 
 /* Shared memory: K and V (block_n rows), Q and dO double buffered (block_m rows), dSᵀ
- * (block_n × block_m), LSE and D double buffered, 1 KiB for 1024-byte alignment. */
+ * (block_n × block_m; split: also Pᵀ, and P in fp32), LSE and D double buffered, 1 KiB
+ * for 1024-byte alignment. */
 static inline int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t block_n,
-                                              int64_t block_m)
+                                              int64_t block_m, int64_t split)
 {
-    return (2 * block_n + 4 * block_m) * head_dim_bucket * 2 + block_n * block_m * 2 +
-           4 * block_m * 4 + 1024;
+    return (2 * block_n + 4 * block_m) * head_dim_bucket * 2 +
+           block_n * block_m * (split ? 8 : 2) + 4 * block_m * 4 + 1024;
 }
 
 #endif

@@ -67,11 +67,12 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
 #if defined(FA2_WITH_SM90A)
     /* sm_90, default mode: the Hopper dK/dV kernel (dQ by atomics) where it has a row. */
     if (!pr->deterministic && device->cc_major == 9 && device->cc_minor == 0) {
-#define FA2_BWD_SM90_ROW(d, wg, bm)                                             \
+#define FA2_BWD_SM90_ROW(d, wg, bm, split)                                      \
         if (bucket == d) {                                                      \
-            out->bwd_block_n = 64 * (wg);                                       \
+            out->bwd_block_n = (int32_t)fa2_bwd_sm90_block_n(wg, split);        \
             out->bwd_block_m = bm;                                              \
-            out->bwd_smem_bytes = fa2_bwd_sm90_smem_bytes(d, 64 * (wg), bm);    \
+            out->bwd_smem_bytes =                                               \
+                fa2_bwd_sm90_smem_bytes(d, out->bwd_block_n, bm, split);        \
             out->bwd_arch = 90;                                                 \
             slices = 1;                                                         \
         }

@@ -1,0 +1,266 @@
+// The Hopper dK/dV kernel for large head dims (sm_90a, default mode): one thread block
+// = 64 keys of one (batch, kv head) and two warpgroups that split the work of each
+// 64-query step instead of the keys, so that dK and dV (64 × d each) fit in registers:
+//   warpgroup 0: Sᵀ = K Qᵀ, Pᵀ = exp(scale·Sᵀ − LSE), P (fp32) to shared memory;
+//   warpgroup 1: dPᵀ = V dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − D), Pᵀ and dSᵀ (Elem) to shared memory;
+//   both, each for its half of the d columns:
+//     dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K (all operands in shared memory), dQ by atomics.
+// Both warpgroups hold identical accumulator layouts for Sᵀ and dPᵀ, so thread t of
+// warpgroup 1 reads exactly the P values thread t of warpgroup 0 wrote.
+#pragma once
+
+#include <stdint.h>
+
+#include "bwd_sm90_kernel.cuh"
+
+namespace fa2 {
+
+template <typename Elem_, int kHeadDim_>
+struct BwdSm90SplitTraits {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockN = 64;
+    static constexpr int kBlockM = 64;
+    static constexpr int kThreads = 256;
+    static constexpr int kHalf = kHeadDim / 2;  // dK/dV/dQ columns per warpgroup
+    static constexpr int kLoadChunks = kHeadDim / 8;
+    static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+    static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+    static constexpr int kTileBytes = kBlockN * kBlockM * 2;  // Pᵀ or dSᵀ, Elem
+    static constexpr int kXchgBytes = kBlockN * kBlockM * 4;  // P, fp32
+    static constexpr int kStatsBytes = 4 * kBlockM * 4;
+    static constexpr int kSmemBytes =
+        2 * kKVBytes + 4 * kQBytes + 2 * kTileBytes + kXchgBytes + kStatsBytes + 1024;
+
+    static_assert(kHalf % 64 == 0 && kHalf <= 256, "whole panels; wgmma n");
+};
+
+// Named barrier 1: warpgroup 0 arrives once P is written, warpgroup 1 waits for it.
+__device__ __forceinline__ void p_ready_arrive()
+{
+    asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void p_ready_wait()
+{
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const fa2_bwd_params_t p)
+{
+#if defined(FA2_SM90A)
+    using Elem = typename Tr::Elem;
+    constexpr int kN = Tr::kBlockM / 8;  // n8 tiles of Sᵀ (queries)
+    constexpr int kD = Tr::kHalf / 8;    // n8 tiles of this warpgroup's dK / dV / dQ
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const fa2_fwd_params_t &f = p.fwd;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int wg = warp / 4;
+    const int wtid = tid % 128;
+
+    const int n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+    int idx = blockIdx.x;
+    const int n_block = idx % n_blocks;
+    idx /= n_blocks;
+    const int kv_head = idx % f.heads_kv;
+    const int batch = idx / f.heads_kv;
+    const int group = f.heads_q / f.heads_kv;
+
+    const int key_first = n_block * Tr::kBlockN;
+    const int key_last = min(key_first + Tr::kBlockN, f.seqlen_k) - 1;
+    const KeyWindow win{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
+    int q_lo, q_hi;
+    query_range(win, f.seqlen_q, key_first, key_last, q_lo, q_hi);
+    const int m_first = q_lo / Tr::kBlockM;
+    const int m_count = q_hi >= q_lo ? q_hi / Tr::kBlockM - m_first + 1 : 0;
+    const int steps = m_count * group;
+
+    const uint32_t base = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t k_smem = base;
+    const uint32_t v_smem = k_smem + Tr::kKVBytes;
+    const uint32_t q_smem0 = v_smem + Tr::kKVBytes;
+    const uint32_t do_smem0 = q_smem0 + 2 * Tr::kQBytes;
+    const uint32_t pt_smem = do_smem0 + 2 * Tr::kQBytes;  // Pᵀ [key][query]
+    const uint32_t dst_smem = pt_smem + Tr::kTileBytes;   // dSᵀ [key][query]
+    const uint32_t xchg_smem = dst_smem + Tr::kTileBytes; // P, fp32, [float4 i][thread]
+    const uint32_t stats_smem = xchg_smem + Tr::kXchgBytes;
+    const float *stats = reinterpret_cast<const float *>(smem + (stats_smem - smem_addr(smem)));
+
+    const Elem *q_base = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride;
+    const Elem *do_base = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride;
+    auto load_step = [&](int step, int buf) {
+        const int head = kv_head * group + step / m_count;
+        const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+        const int rows = f.seqlen_q - row0;
+        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+            q_smem0 + buf * Tr::kQBytes, q_base + head * f.q_head_stride + row0 * f.q_seq_stride,
+            f.q_seq_stride, rows, f.head_dim, tid);
+        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+            do_smem0 + buf * Tr::kQBytes, do_base + head * f.o_head_stride + row0 * f.o_seq_stride,
+            f.o_seq_stride, rows, f.head_dim, tid);
+        const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q + row0;
+        for (int c = tid; c < 2 * Tr::kBlockM; c += Tr::kThreads) {
+            const int col = c % Tr::kBlockM;
+            const float *src = c < Tr::kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
+            cp_async_4(stats_smem + (buf * 2 * Tr::kBlockM + c) * 4, col < rows ? src : f.lse,
+                       col < rows);
+        }
+    };
+
+    float dv[1][kD][4], dk[1][kD][4];
+    zero(dv);
+    zero(dk);
+    const int col0 = wg * Tr::kHalf;  // this warpgroup's dK/dV/dQ columns
+
+    if (steps > 0) {
+        const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride +
+                        kv_head * f.k_head_stride + key_first * f.k_seq_stride;
+        const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride +
+                        kv_head * f.v_head_stride + key_first * f.v_seq_stride;
+        const int keys = f.seqlen_k - key_first;
+        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(k_smem, k, f.k_seq_stride,
+                                                                      keys, f.head_dim, tid);
+        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(v_smem, v, f.v_seq_stride,
+                                                                      keys, f.head_dim, tid);
+        load_step(0, 0);
+        cp_async_commit();
+
+        const int key_row = key_first + (warp % 4) * 16 + (lane >> 2);
+        for (int step = 0; step < steps; ++step) {
+            const int buf = step & 1;
+            cp_async_wait<0>();
+            fence_proxy_async();
+            __syncthreads();  // tiles of `step` visible; everyone is done with buf ^ 1, Pᵀ, dSᵀ
+            if (step + 1 < steps) {
+                load_step(step + 1, buf ^ 1);
+                cp_async_commit();
+            }
+            const int head = kv_head * group + step / m_count;
+            const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+            const uint32_t q_smem = q_smem0 + buf * Tr::kQBytes;
+            const uint32_t do_smem = do_smem0 + buf * Tr::kQBytes;
+            const float *lse = stats + buf * 2 * Tr::kBlockM;
+            const float *dsum = lse + Tr::kBlockM;
+
+            // Sᵀ (warpgroup 0) or dPᵀ (warpgroup 1): 64 keys × 64 queries over all of d.
+            float acc[kN][4];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
+                wgmma_ss<Elem, 0, 0>(acc, desc_k_major<Tr::kBlockN>(wg ? v_smem : k_smem, 0, kk),
+                                     desc_k_major<Tr::kBlockM>(wg ? do_smem : q_smem, 0, kk),
+                                     kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(acc);
+
+            float4 *xchg = reinterpret_cast<float4 *>(smem + (xchg_smem - smem_addr(smem))) + wtid;
+            if (wg == 0) {
+                const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
+                                    win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
+                                                         key_last);
+#pragma unroll
+                for (int n = 0; n < kN; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        const float x = exp2_approx(fmaf(acc[n][e], f.scale_log2, -lse[col] * kLog2e));
+                        const int key = key_row + 8 * (e >> 1);
+                        acc[n][e] = masked && !(row0 + col < f.seqlen_q && win.visible(row0 + col, key))
+                                        ? 0.f : x;
+                    }
+                    xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+                }
+                p_ready_arrive();
+            } else {
+                p_ready_wait();
+                uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
+                float pt[kN][4];
+#pragma unroll
+                for (int n = 0; n < kN; ++n) {
+                    const float4 x = xchg[n * 128];
+                    pt[n][0] = x.x, pt[n][1] = x.y, pt[n][2] = x.z, pt[n][3] = x.w;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        acc[n][e] = pt[n][e] * (acc[n][e] - dsum[col]);  // dSᵀ
+                    }
+                }
+#pragma unroll
+                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
+                    a_fragment<Elem>(pa[kk], pt, kk);
+                    a_fragment<Elem>(dsa[kk], acc, kk);
+                }
+                const int r = (warp % 4) * 16 + (lane >> 2);
+#pragma unroll
+                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int row = r + 8 * (i & 1);
+                        const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
+                        const uint32_t off = panel_offset<Tr::kBlockN>(row, col / 8) + (col % 8) * 2;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pt_smem + off), "r"(pa[kk][i]));
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_smem + off), "r"(dsa[kk][i]));
+                    }
+                fence_proxy_async();
+            }
+            __syncthreads();  // Pᵀ and dSᵀ written
+
+            // This warpgroup's columns: dV += Pᵀ dO, dK += dSᵀ Q (A: K-major tiles),
+            // dQ = dS K (A: dSᵀ read MN-major).
+            float dq[kD][4];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+                wgmma_ss<Elem, 0, 1>(dv[0], desc_k_major<Tr::kBlockN>(pt_smem, 0, kk),
+                                     desc_mn_major<Tr::kBlockM>(do_smem, kk, col0 / 64), 1);
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+                wgmma_ss<Elem, 0, 1>(dk[0], desc_k_major<Tr::kBlockN>(dst_smem, 0, kk),
+                                     desc_mn_major<Tr::kBlockM>(q_smem, kk, col0 / 64), 1);
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                wgmma_ss<Elem, 1, 1>(dq, desc_mn_major<Tr::kBlockN>(dst_smem, kk),
+                                     desc_mn_major<Tr::kBlockN>(k_smem, kk, col0 / 64), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(dq);
+            reg_fence(dv[0]);
+            reg_fence(dk[0]);
+
+            float *acc_out = p.dq_accum +
+                             ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
+            const int q_row = row0 + (warp % 4) * 16 + (lane >> 2);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = q_row + 8 * h;
+                if (row >= f.seqlen_q) continue;
+#pragma unroll
+                for (int n = 0; n < kD; ++n) {
+                    const int col = col0 + n * 8 + 2 * (lane & 3);
+                    if (col < f.head_dim)
+                        atomic_add2(acc_out + static_cast<int64_t>(row) * f.head_dim + col,
+                                    dq[n][2 * h], dq[n][2 * h + 1]);
+                }
+            }
+        }
+    }
+
+    float scale[1][2], one[1][2];
+    fill_scale(scale, f.softmax_scale);
+    fill_scale(one, 1.f);
+    const int warp_key0 = key_first + (warp % 4) * 16;
+    store_acc<Elem>(dk, scale,
+                    static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride,
+                    f.k_seq_stride, warp_key0, f.seqlen_k, col0, f.head_dim, lane);
+    store_acc<Elem>(dv, one,
+                    static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride,
+                    f.v_seq_stride, warp_key0, f.seqlen_k, col0, f.head_dim, lane);
+#endif
+}
+
+}  // namespace fa2

@@ -19,11 +19,15 @@
  *    empty; on success the message is empty and the plan fits the device it was given
  *    (smem_bytes <= smem_per_block_optin), block_m and block_n are multiples of 16,
  *    grid_blocks == batch * heads_q * ceil(seqlen_q / block_m) <= 2^31-1, the problem
- *    is copied unchanged (scale resolved), and the backward fields agree with
- *    bwd_supported / bwd_status.
+ *    is copied unchanged (scale resolved), the backward fields agree with
+ *    bwd_supported / bwd_status, and fwd_arch / bwd_arch are 80 or 90, 90 only on a
+ *    cc 9.0 device (the backward only in default mode), exactly for the buckets of
+ *    the Hopper tables (kernels/fwd_sm90_tiles.h, bwd_sm90_tiles.h) when the build
+ *    defines FA2_WITH_SM90A (tests/fuzz/CMakeLists.txt does), never otherwise.
  *  - fa2_forward / fa2_backward on a successful plan: the status an independent model
  *    of the documented checks predicts; the launcher called exactly when it returns
- *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan.
+ *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan (use_sm90
+ *    included).
  *  - fa2_device_info_query: info untouched on failure, the fake's values on success. */
 #include <math.h>
 #include <stddef.h>
@@ -32,8 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bwd_sm90_tiles.h"
 #include "fa2.h"
 #include "fuzz_shim.h"
+#include "fwd_sm90_tiles.h"
 
 #define CHECK(cond)                                                                       \
     do {                                                                                  \
@@ -73,6 +79,27 @@ static int64_t ceil_div(int64_t a, int64_t b)
 }
 
 /* ---- fa2_plan ----------------------------------------------------------------------- */
+
+/* 1 when the Hopper forward table has a row for `bucket`. */
+static int in_fwd_sm90_table(int64_t bucket)
+{
+    int found = 0;
+#define X(b, wg, bn) found |= (b) == bucket;
+    FA2_FWD_SM90_TILES(X)
+#undef X
+    return found;
+}
+
+/* 1 when the Hopper dK/dV table has a row for `bucket` (rows are (d, warpgroups,
+ * block_m[, more]): only the first column is read). */
+static int in_bwd_sm90_table(int64_t bucket)
+{
+    int found = 0;
+#define X(b, ...) found |= (b) == bucket;
+    FA2_BWD_SM90_TILES(X)
+#undef X
+    return found;
+}
 
 static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                        const fa2_plan_t *pl)
@@ -145,6 +172,29 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(ceil_div(q->seqlen_k, pl->bwd_block_n) * q->heads_kv * q->batch <= INT32_MAX);
     }
     /* !bwd_supported: fa2_backward must refuse the plan (fuzz_backward checks it) */
+
+    /* kernel families: 90 = Hopper wgmma kernels, 80 = mma.sync kernels */
+    {
+        const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
+        CHECK(pl->fwd_arch == 80 || pl->fwd_arch == 90);
+        CHECK(pl->bwd_arch == 80 || pl->bwd_arch == 90);
+        CHECK(pl->fwd_arch == 80 || hopper);
+        CHECK(pl->bwd_arch == 80 || (hopper && !q->deterministic));
+#if defined(FA2_WITH_SM90A)
+        CHECK((pl->fwd_arch == 90) == (hopper && in_fwd_sm90_table(pl->head_dim_bucket)));
+        CHECK((pl->bwd_arch == 90) ==
+              (hopper && !q->deterministic && in_bwd_sm90_table(pl->head_dim_bucket)));
+#else
+        CHECK(pl->fwd_arch == 80 && pl->bwd_arch == 80);
+        (void)in_fwd_sm90_table;
+        (void)in_bwd_sm90_table;
+#endif
+        /* Hopper tiles: 64 rows per warpgroup (wgmma's M), 4 warps per warpgroup */
+        if (pl->fwd_arch == 90)
+            CHECK(pl->block_m % 64 == 0 && pl->warps == pl->block_m / 16);
+        if (pl->bwd_arch == 90)
+            CHECK(pl->bwd_block_n % 64 == 0 && pl->bwd_block_m % 64 == 0);
+    }
 }
 
 /* ---- fa2_forward / fa2_backward against a model of their documented checks ---------- */
@@ -170,6 +220,7 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_fwd_params_t *p)
     CHECK(p->window_right == (q->causal ? 0 : q->window_right));
     CHECK(p->softmax_scale == q->softmax_scale);
     CHECK(memcmp(&p->q_batch_stride, &q->q_batch_stride, 12 * sizeof(int64_t)) == 0);
+    CHECK(p->use_sm90 == (pl->fwd_arch == 90));
 }
 
 static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails)
@@ -227,6 +278,7 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         check_fwd_params(pl, &g_shim.bwd.fwd);
         CHECK(g_shim.bwd.dq == p[6] && g_shim.bwd.dk == p[7] && g_shim.bwd.dv == p[8]);
         CHECK(g_shim.bwd.d_sum == p[9] && g_shim.bwd.fwd.lse == p[5]);
+        CHECK(g_shim.bwd.use_sm90 == (pl->bwd_arch == 90));
     }
 }
 

@@ -154,7 +154,7 @@ class Problem(ctypes.Structure):
                                        "head_dim", "window_left", "window_right")]
                 + [("softmax_scale", ctypes.c_float), ("reserved0", _i32)]
                 + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
-                + [("deterministic", _i32), ("bwd_arch", _i32)])
+                + [("deterministic", _i32), ("reserved1", _i32)])
 
 
 class DeviceInfo(ctypes.Structure):
@@ -165,7 +165,8 @@ class DeviceInfo(ctypes.Structure):
 
 
 class PlanStruct(ctypes.Structure):
-    """fa2_plan_t. Wrapped by Plan."""
+    """fa2_plan_t. Wrapped by Plan. fwd_arch / bwd_arch: the kernel family that runs
+    the forward / the dK/dV kernel, 90 (Hopper wgmma) or 80 (mma.sync)."""
     _fields_ = ([("struct_size", ctypes.c_size_t), ("problem", Problem),
                  ("sram_elements", _i64), ("seed_br", _i64), ("seed_bc", _i64)]
                 + [(n, _i32) for n in ("block_m", "block_n", "block_m_rule", "block_n_rule",
@@ -475,7 +476,8 @@ def _stream(stream):
 
 class Plan:
     """An fa2_plan_t and the library it came from. Fields of the C struct read as
-    attributes (plan.block_m, plan.bwd_workspace_bytes, plan.problem.head_dim, ...)."""
+    attributes (plan.block_m, plan.bwd_workspace_bytes, plan.fwd_arch, plan.bwd_arch,
+    plan.problem.head_dim, ...)."""
 
     def __init__(self, lib, raw):
         self.lib = lib

@@ -10,6 +10,7 @@ GPU machine it runs too (no kernel is launched: every call fails before a launch
 """
 import ctypes
 import os
+import re
 import sys
 import threading
 import unittest
@@ -48,6 +49,23 @@ class Loading(unittest.TestCase):
         self.assertEqual(plan.struct_size, ctypes.sizeof(fa2.PlanStruct))
         self.assertEqual(plan.problem.struct_size, ctypes.sizeof(fa2.Problem))
 
+    def test_struct_fields_match_header(self):
+        # Same names in the same order as include/fa2.h: equal sizes alone would not
+        # catch a renamed field (the Problem mirror once ended in "bwd_arch").
+        header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include",
+                              "fa2.h")
+        if not os.path.exists(header):
+            self.skipTest("include/fa2.h not next to this test")
+        with open(header) as f:
+            text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+        for mirror, c_name in ((fa2.Problem, "fa2_problem_t"), (fa2.DeviceInfo,
+                               "fa2_device_info_t"), (fa2.PlanStruct, "fa2_plan_t")):
+            body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (c_name, c_name), text,
+                             re.S).group(1)
+            names = [n.strip() for decl in body.split(";") if decl.strip()
+                     for n in decl.split(None, 1)[1].split(",")]
+            self.assertEqual([n for n, _ in mirror._fields_], names, c_name)
+
     def test_explicit_path_and_missing_path(self):
         lib = fa2.load_library(fa2.library().path)
         self.assertIs(lib, fa2.library())
@@ -64,6 +82,21 @@ class Planning(unittest.TestCase):
         self.assertEqual(plan.block_m % 16, 0)
         self.assertGreater(plan.bwd_workspace_bytes, 0)
         self.assertEqual(plan.bwd_supported, 1)
+
+    def test_kernel_family(self):
+        # 90 (Hopper wgmma) only on cc 9.0 (and only in an sm_90a build, so either value
+        # there), never for the backward in deterministic mode; 80 elsewhere.
+        a100 = fa2.make_device_info(8, 0, 108, 166912, 167936)
+        for det in (0, 1):
+            p = problem()
+            p.deterministic = det
+            plan = fa2.plan(p, a100)
+            self.assertEqual((plan.fwd_arch, plan.bwd_arch), (80, 80))
+            plan = fa2.plan(p, device())
+            self.assertIn(plan.fwd_arch, (80, 90))
+            self.assertIn(plan.bwd_arch, (80, 90) if not det else (80,))
+            self.assertIn(f"fwd_arch={plan.fwd_arch}, bwd_arch={plan.bwd_arch}", repr(plan))
+        self.assertNotIn("arch", repr(plan.problem))
 
     def test_strides_pass_through(self):
         # BHSD storage viewed as BSHD: seq stride d, head stride s*d.

@@ -192,7 +192,8 @@ typedef struct fa2_plan_t {
                                     devices, head dims 64/128/256 buckets), 80 = mma.sync
                                     kernel (every device) */
     int32_t bwd_arch;            /* dK/dV kernel family: 90 = Hopper wgmma kernel (sm_90,
-                                    default mode, head dims 64/128 buckets), 80 = mma.sync */
+                                    default mode, head dims 64/128/256 buckets), 80 =
+                                    mma.sync */
 } fa2_plan_t;
 
 /* Validates `problem` against `device` and chooses the kernel and its tiles.

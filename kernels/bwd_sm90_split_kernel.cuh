@@ -1,10 +1,11 @@
 // The Hopper dK/dV kernel for large head dims (sm_90a, default mode): one thread block
 // = 64 keys of one (batch, kv head) and two warpgroups that split the work of each
 // 64-query step instead of the keys, so that dK and dV (64 × d each) fit in registers:
-//   warpgroup 0: Sᵀ = K Qᵀ, Pᵀ = exp(scale·Sᵀ − LSE), P (fp32) to shared memory;
-//   warpgroup 1: dPᵀ = V dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − D), Pᵀ and dSᵀ (Elem) to shared memory;
-//   both, each for its half of the d columns:
-//     dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K (all operands in shared memory), dQ by atomics.
+//   warpgroup 0: Sᵀ = K Qᵀ, Pᵀ = exp(scale·Sᵀ − LSE), to shared memory in fp32 and Elem;
+//   warpgroup 1: dPᵀ = V dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D) to shared memory (Elem);
+//   both, each for its half of the d columns (all operands in shared memory):
+//     dV += Pᵀ dO as soon as Pᵀ is there (it runs while dSᵀ is computed), then
+//     dK += dSᵀ Q and dQ += dS K, dQ by atomics.
 // Both warpgroups hold identical accumulator layouts for Sᵀ and dPᵀ, so thread t of
 // warpgroup 1 reads exactly the P values thread t of warpgroup 0 wrote.
 #pragma once
@@ -35,15 +36,15 @@ struct BwdSm90SplitTraits {
     static_assert(kHalf % 64 == 0 && kHalf <= 256, "whole panels; wgmma n");
 };
 
-// Named barrier 1: warpgroup 0 arrives once P is written, warpgroup 1 waits for it.
-__device__ __forceinline__ void p_ready_arrive()
+// Named barriers (0 is __syncthreads): `threads` threads take part, a multiple of 32.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
 {
-    asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ void p_ready_wait()
+__device__ __forceinline__ void named_barrier_sync(int id, int threads)
 {
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 template <typename Tr>
@@ -159,6 +160,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
             reg_fence(acc);
 
             float4 *xchg = reinterpret_cast<float4 *>(smem + (xchg_smem - smem_addr(smem))) + wtid;
+            const int r = (warp % 4) * 16 + (lane >> 2);
+            // Stores an m16k16 A fragment per k16 step as [key][query] in a panel tile.
+            auto store_tile = [&](uint32_t tile, const uint32_t (&frag)[Tr::kBlockM / 16][4]) {
+#pragma unroll
+                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int row = r + 8 * (i & 1);
+                        const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
+                                         tile + panel_offset<Tr::kBlockN>(row, col / 8) + (col % 8) * 2),
+                                     "r"(frag[kk][i]));
+                    }
+            };
+            uint32_t frag[Tr::kBlockM / 16][4];
             if (wg == 0) {
                 const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
                                     win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
@@ -175,49 +191,44 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                     }
                     xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
                 }
-                p_ready_arrive();
-            } else {
-                p_ready_wait();
-                uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
-                float pt[kN][4];
 #pragma unroll
-                for (int n = 0; n < kN; ++n) {
-                    const float4 x = xchg[n * 128];
-                    pt[n][0] = x.x, pt[n][1] = x.y, pt[n][2] = x.z, pt[n][3] = x.w;
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                        acc[n][e] = pt[n][e] * (acc[n][e] - dsum[col]);  // dSᵀ
-                    }
-                }
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
-                    a_fragment<Elem>(pa[kk], pt, kk);
-                    a_fragment<Elem>(dsa[kk], acc, kk);
-                }
-                const int r = (warp % 4) * 16 + (lane >> 2);
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int row = r + 8 * (i & 1);
-                        const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
-                        const uint32_t off = panel_offset<Tr::kBlockN>(row, col / 8) + (col % 8) * 2;
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pt_smem + off), "r"(pa[kk][i]));
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst_smem + off), "r"(dsa[kk][i]));
-                    }
+                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(frag[kk], acc, kk);
+                store_tile(pt_smem, frag);
                 fence_proxy_async();
+                named_barrier_arrive(1, 256);  // P and Pᵀ written
+                named_barrier_sync(2, 128);    // ...by all of warpgroup 0
+            } else {
+                named_barrier_sync(1, 256);
             }
-            __syncthreads();  // Pᵀ and dSᵀ written
-
-            // This warpgroup's columns: dV += Pᵀ dO, dK += dSᵀ Q (A: K-major tiles),
-            // dQ = dS K (A: dSᵀ read MN-major).
-            float dq[kD][4];
+            // dV += Pᵀ dO for this warpgroup's columns, while warpgroup 1 computes dSᵀ.
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
                 wgmma_ss<Elem, 0, 1>(dv[0], desc_k_major<Tr::kBlockN>(pt_smem, 0, kk),
                                      desc_mn_major<Tr::kBlockM>(do_smem, kk, col0 / 64), 1);
+            wgmma_commit();
+            if (wg == 1) {
+#pragma unroll
+                for (int n = 0; n < kN; ++n) {
+                    const float4 x = xchg[n * 128];
+                    const float pn[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        acc[n][e] = pn[e] * (acc[n][e] - dsum[col]);  // dSᵀ
+                    }
+                }
+#pragma unroll
+                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(frag[kk], acc, kk);
+                store_tile(dst_smem, frag);
+                fence_proxy_async();
+            }
+            __syncthreads();  // dSᵀ written
+
+            // This warpgroup's columns: dV += Pᵀ dO, dK += dSᵀ Q (A: K-major tiles),
+            // dQ = dS K (A: dSᵀ read MN-major).
+            float dq[kD][4];
+            wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
                 wgmma_ss<Elem, 0, 1>(dk[0], desc_k_major<Tr::kBlockN>(dst_smem, 0, kk),

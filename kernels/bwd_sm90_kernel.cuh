@@ -187,16 +187,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                     st[n][e] = masked && !(row0 + col < f.seqlen_q && win.visible(row0 + col, key))
                                    ? 0.f : x;
                 }
-            // dV += Pᵀ dO starts now and runs while dSᵀ is computed.
-            uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(pa[kk], st, kk);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-                wgmma_rs<Elem, 1>(dv[0], pa[kk], desc_mn_major<Tr::kBlockM>(do_smem, kk), 1);
-            wgmma_commit();
-            wgmma_wait<1>();  // dPᵀ done; dV may still run
+            wgmma_wait<0>();
             reg_fence(dpt);
 #pragma unroll
             for (int n = 0; n < kN; ++n)
@@ -205,8 +196,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                     const int col = n * 8 + 2 * (lane & 3) + (e & 1);
                     dpt[n][e] = st[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
                 }
+
+            uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
 #pragma unroll
-            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(dsa[kk], dpt, kk);
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
+                a_fragment<Elem>(pa[kk], st, kk);
+                a_fragment<Elem>(dsa[kk], dpt, kk);
+            }
             // dSᵀ to shared memory, [key][query] in the panel layout: the A operand of
             // dQ = dS K read MN-major. Same rounding as the registers.
             {
@@ -225,6 +221,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             fence_proxy_async();
 
             wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+                wgmma_rs<Elem, 1>(dv[0], pa[kk], desc_mn_major<Tr::kBlockM>(do_smem, kk), 1);
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
                 wgmma_rs<Elem, 1>(dk[0], dsa[kk], desc_mn_major<Tr::kBlockM>(q_smem, kk), 1);

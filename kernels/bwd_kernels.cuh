@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "bwd_block.cuh"
 #include "bwd_params.h"
 #include "bwd_traits.cuh"
 #include "fwd_mask.cuh"
@@ -95,15 +96,6 @@ __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bw
                                head * f.q_head_stride + i * f.q_seq_stride + lane * 8) = out;
 }
 
-// Query rows [lo, hi] that can see some key of [key_first, key_last] (hi < lo: none).
-__device__ __forceinline__ void query_range(const KeyWindow &w, int seqlen_q, int key_first,
-                                            int key_last, int &lo, int &hi)
-{
-    lo = w.window_right >= 0 ? max(0, key_first - w.offset - w.window_right) : 0;
-    hi = w.window_left >= 0 ? min(seqlen_q - 1, key_last - w.offset + w.window_left)
-                            : seqlen_q - 1;
-}
-
 // kAtomicDq: also adds dS K into p.dq_accum with fp32 atomics (the dq kernel is then
 // not needed); else the dQ kernel computes dQ without atomics.
 template <typename Tr, bool kAtomicDq>
@@ -120,24 +112,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     const int warp = tid / 32;
     const int lane = tid % 32;
 
-    const int n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-    int idx = blockIdx.x;
-    const int slice = idx % Tr::kSlices;
-    idx /= Tr::kSlices;
-    const int n_block = idx % n_blocks;
-    idx /= n_blocks;
-    const int kv_head = idx % f.heads_kv;
-    const int batch = idx / f.heads_kv;
-    const int group = f.heads_q / f.heads_kv;
-
-    const int key_first = n_block * Tr::kBlockN;
-    const int key_last = min(key_first + Tr::kBlockN, f.seqlen_k) - 1;
-    const KeyWindow win{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
-    int q_lo, q_hi;
-    query_range(win, f.seqlen_q, key_first, key_last, q_lo, q_hi);
-    const int m_first = q_lo / Tr::kBlockM;
-    const int m_count = q_hi >= q_lo ? q_hi / Tr::kBlockM - m_first + 1 : 0;
-    const int steps = m_count * group;  // (query head, query tile) pairs
+    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, Tr::kSlices>(f);
+    const int batch = b.batch, kv_head = b.kv_head, slice = b.slice;
+    const int key_first = b.key_first;
+    const KeyWindow &win = b.win;
 
     const uint32_t k_smem = smem_addr(smem);
     const uint32_t v_smem = k_smem + Tr::kKVBytes;
@@ -152,8 +130,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
 
     // Loads the Q, dO, LSE and D tiles of step `step` into buffer `buf`.
     auto load_step = [&](int step, int buf) {
-        const int head = kv_head * group + step / m_count;
-        const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+        const int head = b.head(step);
+        const int row0 = b.tile(step) * Tr::kBlockM;
         const int rows = f.seqlen_q - row0;
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
             q_smem[buf], q_base + head * f.q_head_stride + row0 * f.q_seq_stride, f.q_seq_stride,
@@ -174,7 +152,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     zero(dv);
     zero(dk);
 
-    if (steps > 0) {
+    if (b.steps > 0) {
         const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride +
                         kv_head * f.k_head_stride + key_first * f.k_seq_stride;
         const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride +
@@ -189,15 +167,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
 
         const uint32_t warp_rows = warp * kM * 16 * Tr::kRowBytes;
         const uint32_t slice_bytes = slice * Tr::kSliceDim * 2;
-        for (int step = 0; step < steps; ++step) {
+        for (int step = 0; step < b.steps; ++step) {
             const int buf = step & 1;
             cp_async_wait<0>();
             __syncthreads();  // tiles of `step` visible; everyone is done with buf ^ 1
-            if (step + 1 < steps) {
+            if (step + 1 < b.steps) {
                 load_step(step + 1, buf ^ 1);
                 cp_async_commit();
             }
-            const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+            const int row0 = b.tile(step) * Tr::kBlockM;
             const float *lse = stats + buf * 2 * Tr::kBlockM;
             const float *dsum = lse + Tr::kBlockM;
 
@@ -265,38 +243,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
                 gemm_ab<Elem, Tr::kDsRowBytes, Tr::kRowBytes, kWM, kWN, Tr::kBlockN / 16>(
                     dq, smem_addr(smem + ds_offset) + warp_m * kWM * 16 * Tr::kDsRowBytes,
                     k_smem, (slice * Tr::kSliceDim) / 8 + warp_n * kWN, lane);
-                const int head = kv_head * group + step / m_count;
-                float *acc = p.dq_accum +
-                             ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
-#pragma unroll
-                for (int m = 0; m < kWM; ++m)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int row = row0 + (warp_m * kWM + m) * 16 + (lane >> 2) + 8 * h;
-                        if (row >= f.seqlen_q) continue;
-#pragma unroll
-                        for (int n = 0; n < kWN; ++n) {
-                            const int col = slice * Tr::kSliceDim + (warp_n * kWN + n) * 8 + 2 * (lane & 3);
-                            if (col < f.head_dim)
-                                atomic_add2(acc + static_cast<int64_t>(row) * f.head_dim + col,
-                                            dq[m][n][2 * h], dq[m][n][2 * h + 1]);
-                        }
-                    }
+                add_dq(p, batch, b.head(step), row0 + warp_m * kWM * 16,
+                       slice * Tr::kSliceDim + warp_n * kWN * 8, dq, lane);
             }
         }
     }
 
-    // dK = scale · Σ dSᵀ Q, dV = Σ Pᵀ dO; rows past seqlen_k are not written.
-    float scale[kM][2], one[kM][2];
-    fill_scale(scale, f.softmax_scale);
-    fill_scale(one, 1.f);
-    const int warp_key0 = key_first + warp * kM * 16;
-    store_acc<Elem>(dk, scale,
-                    static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride,
-                    f.k_seq_stride, warp_key0, f.seqlen_k, slice * Tr::kSliceDim, f.head_dim, lane);
-    store_acc<Elem>(dv, one,
-                    static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride,
-                    f.v_seq_stride, warp_key0, f.seqlen_k, slice * Tr::kSliceDim, f.head_dim, lane);
+    store_dkdv<Elem>(p, b, dk, dv, key_first + warp * kM * 16, slice * Tr::kSliceDim, lane);
 }
 
 template <typename Tr>

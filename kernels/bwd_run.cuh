@@ -7,23 +7,9 @@
 
 #include "bwd_kernels.cuh"
 #include "bwd_run.h"
+#include "launch.cuh"
 
 namespace fa2 {
-
-template <typename Kernel>
-cudaError_t launch(Kernel kernel, int64_t grid, int threads, int smem_bytes,
-                   cudaStream_t stream, const fa2_bwd_params_t &p)
-{
-    if (grid == 0) return cudaSuccess;
-    if (grid < 0 || grid > INT32_MAX) return cudaErrorInvalidConfiguration;
-    if (smem_bytes > 48 * 1024) {
-        const cudaError_t err =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-        if (err != cudaSuccess) return err;
-    }
-    kernel<<<static_cast<unsigned>(grid), threads, smem_bytes, stream>>>(p);
-    return cudaGetLastError();
-}
 
 template <typename Elem, int kHeadDim>
 cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "bwd_block.cuh"
 #include "bwd_kernels.cuh"
 #include "bwd_sm90_tiles.h"
 #include "wgmma.cuh"
@@ -56,6 +57,45 @@ struct BwdSm90Traits {
     static_assert(kDqCols % 16 == 0, "wgmma n");
 };
 
+// Loads step `step` of a Hopper dK/dV kernel (cp.async, not committed): the Q and dO
+// tiles (kBlockM rows, panel layout) and the LSE and D values of those rows.
+template <typename Elem, int kBlockM, int kLoadChunks, int kThreads>
+__device__ __forceinline__ void load_step_sm90(const fa2_bwd_params_t &p, const KeyBlock &b,
+                                               int step, uint32_t q_dst, uint32_t do_dst,
+                                               uint32_t stats_dst, int tid)
+{
+    const fa2_fwd_params_t &f = p.fwd;
+    const int head = b.head(step);
+    const int row0 = b.tile(step) * kBlockM;
+    const int rows = f.seqlen_q - row0;
+    load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
+        q_dst, static_cast<const Elem *>(f.q) + b.batch * f.q_batch_stride + head * f.q_head_stride + row0 * f.q_seq_stride,
+        f.q_seq_stride, rows, f.head_dim, tid);
+    load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
+        do_dst, static_cast<const Elem *>(p.d_o) + b.batch * f.o_batch_stride + head * f.o_head_stride + row0 * f.o_seq_stride,
+        f.o_seq_stride, rows, f.head_dim, tid);
+    const int64_t stat0 = (static_cast<int64_t>(b.batch) * f.heads_q + head) * f.seqlen_q + row0;
+    for (int c = tid; c < 2 * kBlockM; c += kThreads) {  // stats[{0: LSE, kBlockM: D} + row]
+        const int col = c % kBlockM;
+        const float *src = c < kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
+        cp_async_4(stats_dst + c * 4, col < rows ? src : f.lse, col < rows);
+    }
+}
+
+// Loads the block's K and V tiles (panel layout, kBlockN rows from key_first).
+template <typename Elem, int kBlockN, int kLoadChunks, int kThreads>
+__device__ __forceinline__ void load_kv_sm90(const fa2_fwd_params_t &f, const KeyBlock &b,
+                                             uint32_t k_dst, uint32_t v_dst, int tid)
+{
+    const int keys = f.seqlen_k - b.key_first;
+    load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
+        k_dst, static_cast<const Elem *>(f.k) + b.batch * f.k_batch_stride + b.kv_head * f.k_head_stride + b.key_first * f.k_seq_stride,
+        f.k_seq_stride, keys, f.head_dim, tid);
+    load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
+        v_dst, static_cast<const Elem *>(f.v) + b.batch * f.v_batch_stride + b.kv_head * f.v_head_stride + b.key_first * f.v_seq_stride,
+        f.v_seq_stride, keys, f.head_dim, tid);
+}
+
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bwd_params_t p)
 {
@@ -71,22 +111,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
     const int lane = tid % 32;
     const int wg = warp / 4;
 
-    const int n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-    int idx = blockIdx.x;
-    const int n_block = idx % n_blocks;
-    idx /= n_blocks;
-    const int kv_head = idx % f.heads_kv;
-    const int batch = idx / f.heads_kv;
-    const int group = f.heads_q / f.heads_kv;
-
-    const int key_first = n_block * Tr::kBlockN;
-    const int key_last = min(key_first + Tr::kBlockN, f.seqlen_k) - 1;
-    const KeyWindow win{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
-    int q_lo, q_hi;
-    query_range(win, f.seqlen_q, key_first, key_last, q_lo, q_hi);
-    const int m_first = q_lo / Tr::kBlockM;
-    const int m_count = q_hi >= q_lo ? q_hi / Tr::kBlockM - m_first + 1 : 0;
-    const int steps = m_count * group;  // (query head, query tile) pairs
+    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, 1>(f);
+    const int key_first = b.key_first;
+    const KeyWindow &win = b.win;
 
     const uint32_t base = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = base;
@@ -98,26 +125,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
     // stats[buf * 2 * kBlockM + {0: lse, kBlockM: D} + column]
     const float *stats = reinterpret_cast<const float *>(smem + (stats_smem - smem_addr(smem)));
 
-    const Elem *q_base = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride;
-    const Elem *do_base = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride;
-
     auto load_step = [&](int step, int buf) {
-        const int head = kv_head * group + step / m_count;
-        const int row0 = (m_first + step % m_count) * Tr::kBlockM;
-        const int rows = f.seqlen_q - row0;
-        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            q_smem0 + buf * Tr::kQBytes, q_base + head * f.q_head_stride + row0 * f.q_seq_stride,
-            f.q_seq_stride, rows, f.head_dim, tid);
-        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            do_smem0 + buf * Tr::kQBytes, do_base + head * f.o_head_stride + row0 * f.o_seq_stride,
-            f.o_seq_stride, rows, f.head_dim, tid);
-        const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q + row0;
-        for (int c = tid; c < 2 * Tr::kBlockM; c += Tr::kThreads) {
-            const int col = c % Tr::kBlockM;
-            const float *src = c < Tr::kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
-            cp_async_4(stats_smem + (buf * 2 * Tr::kBlockM + c) * 4, col < rows ? src : f.lse,
-                       col < rows);
-        }
+        load_step_sm90<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+            p, b, step, q_smem0 + buf * Tr::kQBytes, do_smem0 + buf * Tr::kQBytes,
+            stats_smem + buf * 2 * Tr::kBlockM * 4, tid);
     };
 
     float dv[1][kD][4], dk[1][kD][4];  // [1]: one m64 tile per warpgroup (store_acc's view)
@@ -127,30 +138,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
     const int dq_col0 = Tr::kDqSplitRows ? 0 : wg * Tr::kDqCols;
     const int dq_row0 = Tr::kDqSplitRows ? wg * 64 : 0;  // in the query tile
 
-    if (steps > 0) {
-        const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride +
-                        kv_head * f.k_head_stride + key_first * f.k_seq_stride;
-        const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride +
-                        kv_head * f.v_head_stride + key_first * f.v_seq_stride;
-        const int keys = f.seqlen_k - key_first;
-        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(k_smem, k, f.k_seq_stride,
-                                                                      keys, f.head_dim, tid);
-        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(v_smem, v, f.v_seq_stride,
-                                                                      keys, f.head_dim, tid);
+    if (b.steps > 0) {
+        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(f, b, k_smem, v_smem, tid);
         load_step(0, 0);
         cp_async_commit();
 
-        for (int step = 0; step < steps; ++step) {
+        for (int step = 0; step < b.steps; ++step) {
             const int buf = step & 1;
             cp_async_wait<0>();
             fence_proxy_async();
             __syncthreads();  // tiles of `step` visible; everyone is done with buf ^ 1 and dSᵀ
-            if (step + 1 < steps) {
+            if (step + 1 < b.steps) {
                 load_step(step + 1, buf ^ 1);
                 cp_async_commit();
             }
-            const int head = kv_head * group + step / m_count;
-            const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+            const int row0 = b.tile(step) * Tr::kBlockM;
             const uint32_t q_smem = q_smem0 + buf * Tr::kQBytes;
             const uint32_t do_smem = do_smem0 + buf * Tr::kQBytes;
             const float *lse = stats + buf * 2 * Tr::kBlockM;
@@ -232,50 +234,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             __syncthreads();  // dSᵀ of every warpgroup written
 
             // dQ[:, dq_col0 ..] = dS K: A = dSᵀ read MN-major, B = K read MN-major.
-            float dq[Tr::kDqCols / 8][4];
+            float dq[1][Tr::kDqCols / 8][4];
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_ss<Elem, 1, 1>(dq, desc_mn_major<Tr::kBlockN>(ds_smem, kk, dq_row0 / 64),
+                wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(ds_smem, kk, dq_row0 / 64),
                                      wgmma_desc(k_smem + (dq_col0 / 64) * Tr::kBlockN * 128 +
                                                     (dq_col0 % 64) * 2 + kk * 16 * 128,
                                                 Tr::kBlockN * 128, 1024),
                                      kk > 0);
             wgmma_commit();
             wgmma_wait<0>();
-            reg_fence(dq);
+            reg_fence(dq[0]);
             reg_fence(dv[0]);
             reg_fence(dk[0]);
 
-            float *acc = p.dq_accum +
-                         ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
-            const int q_row = row0 + dq_row0 + (warp % 4) * 16 + (lane >> 2);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = q_row + 8 * h;
-                if (row >= f.seqlen_q) continue;
-#pragma unroll
-                for (int n = 0; n < Tr::kDqCols / 8; ++n) {
-                    const int col = dq_col0 + n * 8 + 2 * (lane & 3);
-                    if (col < f.head_dim)
-                        atomic_add2(acc + static_cast<int64_t>(row) * f.head_dim + col,
-                                    dq[n][2 * h], dq[n][2 * h + 1]);
-                }
-            }
+            add_dq(p, b.batch, b.head(step), row0 + dq_row0 + (warp % 4) * 16, dq_col0, dq, lane);
         }
     }
 
-    // dK = scale · Σ dSᵀ Q, dV = Σ Pᵀ dO; rows past seqlen_k are not written.
-    float scale[1][2], one[1][2];
-    fill_scale(scale, f.softmax_scale);
-    fill_scale(one, 1.f);
-    const int warp_key0 = key_first + warp * 16;
-    store_acc<Elem>(dk, scale,
-                    static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride,
-                    f.k_seq_stride, warp_key0, f.seqlen_k, 0, f.head_dim, lane);
-    store_acc<Elem>(dv, one,
-                    static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride,
-                    f.v_seq_stride, warp_key0, f.seqlen_k, 0, f.head_dim, lane);
+    store_dkdv<Elem>(p, b, dk, dv, key_first + warp * 16, 0, lane);
 #endif
 }
 

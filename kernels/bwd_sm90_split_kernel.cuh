@@ -63,22 +63,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
     const int wg = warp / 4;
     const int wtid = tid % 128;
 
-    const int n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-    int idx = blockIdx.x;
-    const int n_block = idx % n_blocks;
-    idx /= n_blocks;
-    const int kv_head = idx % f.heads_kv;
-    const int batch = idx / f.heads_kv;
-    const int group = f.heads_q / f.heads_kv;
-
-    const int key_first = n_block * Tr::kBlockN;
-    const int key_last = min(key_first + Tr::kBlockN, f.seqlen_k) - 1;
-    const KeyWindow win{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
-    int q_lo, q_hi;
-    query_range(win, f.seqlen_q, key_first, key_last, q_lo, q_hi);
-    const int m_first = q_lo / Tr::kBlockM;
-    const int m_count = q_hi >= q_lo ? q_hi / Tr::kBlockM - m_first + 1 : 0;
-    const int steps = m_count * group;
+    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, 1>(f);
+    const int key_first = b.key_first, key_last = b.key_last;
+    const KeyWindow &win = b.win;
 
     const uint32_t base = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = base;
@@ -91,25 +78,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
     const uint32_t stats_smem = xchg_smem + Tr::kXchgBytes;
     const float *stats = reinterpret_cast<const float *>(smem + (stats_smem - smem_addr(smem)));
 
-    const Elem *q_base = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride;
-    const Elem *do_base = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride;
     auto load_step = [&](int step, int buf) {
-        const int head = kv_head * group + step / m_count;
-        const int row0 = (m_first + step % m_count) * Tr::kBlockM;
-        const int rows = f.seqlen_q - row0;
-        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            q_smem0 + buf * Tr::kQBytes, q_base + head * f.q_head_stride + row0 * f.q_seq_stride,
-            f.q_seq_stride, rows, f.head_dim, tid);
-        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            do_smem0 + buf * Tr::kQBytes, do_base + head * f.o_head_stride + row0 * f.o_seq_stride,
-            f.o_seq_stride, rows, f.head_dim, tid);
-        const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q + row0;
-        for (int c = tid; c < 2 * Tr::kBlockM; c += Tr::kThreads) {
-            const int col = c % Tr::kBlockM;
-            const float *src = c < Tr::kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
-            cp_async_4(stats_smem + (buf * 2 * Tr::kBlockM + c) * 4, col < rows ? src : f.lse,
-                       col < rows);
-        }
+        load_step_sm90<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+            p, b, step, q_smem0 + buf * Tr::kQBytes, do_smem0 + buf * Tr::kQBytes,
+            stats_smem + buf * 2 * Tr::kBlockM * 4, tid);
     };
 
     float dv[1][kD][4], dk[1][kD][4];
@@ -117,31 +89,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
     zero(dk);
     const int col0 = wg * Tr::kHalf;  // this warpgroup's dK/dV/dQ columns
 
-    if (steps > 0) {
-        const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride +
-                        kv_head * f.k_head_stride + key_first * f.k_seq_stride;
-        const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride +
-                        kv_head * f.v_head_stride + key_first * f.v_seq_stride;
-        const int keys = f.seqlen_k - key_first;
-        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(k_smem, k, f.k_seq_stride,
-                                                                      keys, f.head_dim, tid);
-        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(v_smem, v, f.v_seq_stride,
-                                                                      keys, f.head_dim, tid);
+    if (b.steps > 0) {
+        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(f, b, k_smem, v_smem, tid);
         load_step(0, 0);
         cp_async_commit();
 
         const int key_row = key_first + (warp % 4) * 16 + (lane >> 2);
-        for (int step = 0; step < steps; ++step) {
+        for (int step = 0; step < b.steps; ++step) {
             const int buf = step & 1;
             cp_async_wait<0>();
             fence_proxy_async();
             __syncthreads();  // tiles of `step` visible; everyone is done with buf ^ 1, Pᵀ, dSᵀ
-            if (step + 1 < steps) {
+            if (step + 1 < b.steps) {
                 load_step(step + 1, buf ^ 1);
                 cp_async_commit();
             }
-            const int head = kv_head * group + step / m_count;
-            const int row0 = (m_first + step % m_count) * Tr::kBlockM;
+            const int row0 = b.tile(step) * Tr::kBlockM;
             const uint32_t q_smem = q_smem0 + buf * Tr::kQBytes;
             const uint32_t do_smem = do_smem0 + buf * Tr::kQBytes;
             const float *lse = stats + buf * 2 * Tr::kBlockM;
@@ -227,7 +190,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
 
             // This warpgroup's columns: dV += Pᵀ dO, dK += dSᵀ Q (A: K-major tiles),
             // dQ = dS K (A: dSᵀ read MN-major).
-            float dq[kD][4];
+            float dq[1][kD][4];
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
@@ -235,42 +198,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                                      desc_mn_major<Tr::kBlockM>(q_smem, kk, col0 / 64), 1);
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_ss<Elem, 1, 1>(dq, desc_mn_major<Tr::kBlockN>(dst_smem, kk),
+                wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(dst_smem, kk),
                                      desc_mn_major<Tr::kBlockN>(k_smem, kk, col0 / 64), kk > 0);
             wgmma_commit();
             wgmma_wait<0>();
-            reg_fence(dq);
+            reg_fence(dq[0]);
             reg_fence(dv[0]);
             reg_fence(dk[0]);
 
-            float *acc_out = p.dq_accum +
-                             ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
-            const int q_row = row0 + (warp % 4) * 16 + (lane >> 2);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = q_row + 8 * h;
-                if (row >= f.seqlen_q) continue;
-#pragma unroll
-                for (int n = 0; n < kD; ++n) {
-                    const int col = col0 + n * 8 + 2 * (lane & 3);
-                    if (col < f.head_dim)
-                        atomic_add2(acc_out + static_cast<int64_t>(row) * f.head_dim + col,
-                                    dq[n][2 * h], dq[n][2 * h + 1]);
-                }
-            }
+            add_dq(p, b.batch, b.head(step), row0 + (warp % 4) * 16, col0, dq, lane);
         }
     }
 
-    float scale[1][2], one[1][2];
-    fill_scale(scale, f.softmax_scale);
-    fill_scale(one, 1.f);
-    const int warp_key0 = key_first + (warp % 4) * 16;
-    store_acc<Elem>(dk, scale,
-                    static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride,
-                    f.k_seq_stride, warp_key0, f.seqlen_k, col0, f.head_dim, lane);
-    store_acc<Elem>(dv, one,
-                    static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride,
-                    f.v_seq_stride, warp_key0, f.seqlen_k, col0, f.head_dim, lane);
+    store_dkdv<Elem>(p, b, dk, dv, key_first + (warp % 4) * 16, col0, lane);
 #endif
 }
 

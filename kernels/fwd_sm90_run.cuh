@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "fwd_run.h"
+#include "launch.cuh"
 #include "fwd_sm90_kernel.cuh"
 
 namespace fa2 {
@@ -14,14 +15,8 @@ cudaError_t fwd_sm90_run(const fa2_fwd_params_t &p, cudaStream_t stream)
     using Tr = FwdSm90Traits<Elem, kHeadDim>;
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
-    if (grid < 1 || grid > INT32_MAX) return cudaErrorInvalidConfiguration;
 
-    auto kernel = fwd_sm90_kernel<Tr>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Tr::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-    return cudaGetLastError();
+    return launch(fwd_sm90_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
 }  // namespace fa2

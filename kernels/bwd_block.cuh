@@ -1,0 +1,108 @@
+// The work of one dK/dV thread block, shared by the dK/dV kernels of both families:
+// block index → (column slice, key block, kv head, batch), the query tiles whose rows
+// can see some of its keys (for every query head of the GQA group), the dQ atomics
+// and the dK/dV epilogue.
+#pragma once
+
+#include <stdint.h>
+
+#include "bwd_params.h"
+#include "fwd_mask.cuh"
+#include "ptx.cuh"
+#include "warp_gemm.cuh"
+
+namespace fa2 {
+
+// Query rows [lo, hi] that can see some key of [key_first, key_last] (hi < lo: none).
+__device__ __forceinline__ void query_range(const KeyWindow &w, int seqlen_q, int key_first,
+                                            int key_last, int &lo, int &hi)
+{
+    lo = w.window_right >= 0 ? max(0, key_first - w.offset - w.window_right) : 0;
+    hi = w.window_left >= 0 ? min(seqlen_q - 1, key_last - w.offset + w.window_left)
+                            : seqlen_q - 1;
+}
+
+struct KeyBlock {
+    int batch, kv_head, group, slice;
+    int key_first, key_last;  // key_last clamped to seqlen_k - 1
+    int m_first, m_count;     // query tiles [m_first, m_first + m_count) of each head
+    int steps;                // (query head, query tile) pairs: m_count * group
+    KeyWindow win;
+
+    __device__ __forceinline__ int head(int step) const { return kv_head * group + step / m_count; }
+    __device__ __forceinline__ int tile(int step) const { return m_first + step % m_count; }
+};
+
+// Blocks are numbered slice fastest, then key block, kv head, batch: the blocks of one
+// (batch, kv head) are neighbours, and the heaviest causal key blocks (the first)
+// start first.
+template <int kBlockN, int kBlockM, int kSlices>
+__device__ __forceinline__ KeyBlock key_block(const fa2_fwd_params_t &f)
+{
+    KeyBlock b;
+    const int n_blocks = (f.seqlen_k + kBlockN - 1) / kBlockN;
+    int idx = blockIdx.x;
+    b.slice = idx % kSlices;
+    idx /= kSlices;
+    const int n_block = idx % n_blocks;
+    idx /= n_blocks;
+    b.kv_head = idx % f.heads_kv;
+    b.batch = idx / f.heads_kv;
+    b.group = f.heads_q / f.heads_kv;
+    b.key_first = n_block * kBlockN;
+    b.key_last = min(b.key_first + kBlockN, f.seqlen_k) - 1;
+    b.win = KeyWindow{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
+    int q_lo, q_hi;
+    query_range(b.win, f.seqlen_q, b.key_first, b.key_last, q_lo, q_hi);
+    b.m_first = q_lo / kBlockM;
+    b.m_count = q_hi >= q_lo ? q_hi / kBlockM - b.m_first + 1 : 0;
+    b.steps = b.m_count * b.group;
+    return b;
+}
+
+// Adds a dQ fragment (m16n8 accumulator layout; row row0 + 16m + lane/4 (+8), column
+// col0 + 8n + 2 (lane % 4)) to the fp32 accumulator of (batch, head) with float2
+// atomics; rows past seqlen_q and columns past head_dim are skipped.
+template <int kM, int kN>
+__device__ __forceinline__ void add_dq(const fa2_bwd_params_t &p, int batch, int head, int row0,
+                                       int col0, const float (&dq)[kM][kN][4], int lane)
+{
+    const fa2_fwd_params_t &f = p.fwd;
+    float *acc = p.dq_accum + ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + m * 16 + (lane >> 2) + 8 * h;
+            if (row >= f.seqlen_q) continue;
+#pragma unroll
+            for (int n = 0; n < kN; ++n) {
+                const int col = col0 + n * 8 + 2 * (lane & 3);
+                if (col < f.head_dim)
+                    atomic_add2(acc + static_cast<int64_t>(row) * f.head_dim + col, dq[m][n][2 * h],
+                                dq[m][n][2 * h + 1]);
+            }
+        }
+}
+
+// dK = scale · Σ dSᵀ Q and dV = Σ Pᵀ dO of a warp's key rows (from key0) and columns
+// (from col0), to Elem; rows past seqlen_k are not written.
+template <typename Elem, int kM, int kN>
+__device__ __forceinline__ void store_dkdv(const fa2_bwd_params_t &p, const KeyBlock &b,
+                                           const float (&dk)[kM][kN][4],
+                                           const float (&dv)[kM][kN][4], int key0, int col0,
+                                           int lane)
+{
+    const fa2_fwd_params_t &f = p.fwd;
+    float scale[kM][2], one[kM][2];
+    fill_scale(scale, f.softmax_scale);
+    fill_scale(one, 1.f);
+    store_acc<Elem>(dk, scale,
+                    static_cast<Elem *>(p.dk) + b.batch * f.k_batch_stride + b.kv_head * f.k_head_stride,
+                    f.k_seq_stride, key0, f.seqlen_k, col0, f.head_dim, lane);
+    store_acc<Elem>(dv, one,
+                    static_cast<Elem *>(p.dv) + b.batch * f.v_batch_stride + b.kv_head * f.v_head_stride,
+                    f.v_seq_stride, key0, f.seqlen_k, col0, f.head_dim, lane);
+}
+
+}  // namespace fa2

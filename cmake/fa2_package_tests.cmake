@@ -3,6 +3,7 @@
 #   fa2_python_ffi     (cpu) the ctypes binding's error paths, no GPU needed
 #   fa2_python_gpu     (gpu) the binding vs torch SDPA, forward and gradients; skips
 #                            (exit 77) without torch or a CUDA device
+#   fa2_wgmma_ops_generated (cpu) kernels/wgmma_ops.cuh is kernels/gen_wgmma.py's output
 # The Python tests run the system python3 on the build's libfa2.so (FA2_LIBRARY).
 add_test(NAME fa2_exports
   COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:fa2> -DNM=${CMAKE_NM}
@@ -19,6 +20,11 @@ if(FA2_PYTHON3)
       SKIP_RETURN_CODE 77)
   endforeach()
   set_tests_properties(fa2_python_ffi PROPERTIES LABELS cpu)
+  add_test(NAME fa2_wgmma_ops_generated
+    COMMAND ${CMAKE_COMMAND} -DPYTHON=${FA2_PYTHON3} -DSRC=${PROJECT_SOURCE_DIR}
+            -DOUT=${CMAKE_CURRENT_BINARY_DIR}/wgmma_ops.generated.cuh
+            -P ${CMAKE_CURRENT_LIST_DIR}/check_generated.cmake)
+  set_tests_properties(fa2_wgmma_ops_generated PROPERTIES LABELS cpu)
   set_tests_properties(fa2_python_gpu PROPERTIES LABELS gpu)
 else()
   message(STATUS "python3 not found: the fa2_python_* tests are not registered")

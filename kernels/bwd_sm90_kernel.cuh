@@ -6,8 +6,13 @@
 //   Pᵀ = exp(scale·Sᵀ − LSE), dSᵀ = Pᵀ ∘ (dPᵀ − D)   (registers)
 //   dV += Pᵀ dO, dK += dSᵀ Q      (registers × shared, dO and Q MN-major)
 //   dQ[its rows or columns] += dS K   (dSᵀ through shared memory, MN-major A)
-// and adds its dQ part to the fp32 accumulator with atomics. Q, dO, LSE and D are
-// double buffered with cp.async; tiles use the panel layout of wgmma.cuh.
+// and stages its dQ part in shared memory (fp32). A third warpgroup, the dQ writer,
+// adds each staged tile to the fp32 accumulator (vector reductions) while the two
+// math warpgroups go on with the next step: the adds leave the SM at a few bytes per
+// clock and stalled the math when the math warpgroups issued them (docs/performance.md).
+// Two mbarriers hand the staging buffer back and forth; setmaxnreg gives the math
+// warpgroups 240 registers and the writer 24. Q, dO, LSE and D are double buffered
+// with cp.async; tiles use the panel layout of wgmma.cuh.
 #pragma once
 
 #include <stdint.h>
@@ -39,7 +44,9 @@ struct BwdSm90Traits {
     static constexpr int kWarpgroups = BwdSm90Tile<kHeadDim>::kWarpgroups;
     static constexpr int kBlockN = 64 * kWarpgroups;
     static constexpr int kBlockM = BwdSm90Tile<kHeadDim>::kBlockM;
-    static constexpr int kThreads = 128 * kWarpgroups;
+    static constexpr int kMathThreads = 128 * kWarpgroups;
+    static constexpr int kThreads = kMathThreads + 128;  // + the dQ writer warpgroup
+    static constexpr int kMathRegs = 240, kWriterRegs = 24;
     static constexpr int kLoadChunks = kHeadDim / 8;
     // dQ = dS K per warpgroup: its own 64 query rows and every column when block_m has
     // 64 per warpgroup, else all (64) rows and d / warpgroups columns.
@@ -49,13 +56,47 @@ struct BwdSm90Traits {
     static constexpr int kQBytes = kBlockM * kHeadDim * 2;
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;
     static constexpr int kStatsBytes = 4 * kBlockM * 4;
-    static constexpr int kSmemBytes = 2 * kKVBytes + 4 * kQBytes + kDsBytes + kStatsBytes + 1024;
+    static constexpr int kStagePitch = kHeadDim * 4 + 16;  // a staged dQ row, padded
+    static constexpr int kStageBytes = kBlockM * kStagePitch + 16;  // + two mbarriers
+    static constexpr int kSmemBytes =
+        2 * kKVBytes + 4 * kQBytes + kDsBytes + kStatsBytes + kStageBytes + 1024;
+    static constexpr int kMathBarrier = 1;  // named barrier of the math warpgroups
 
     static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
     static_assert(kBlockM == 64 || kDqSplitRows, "dQ = dS K is one m64 wgmma tile per warpgroup");
     static_assert(kBlockM <= 256 && kBlockM % 64 == 0, "wgmma n; dSᵀ in whole panels");
     static_assert(kDqCols % 16 == 0, "wgmma n");
+    static_assert(kMathRegs * kMathThreads + kWriterRegs * 128 <= 65536, "register file");
 };
+
+// The dQ writer warpgroup's loop (wtid: 0..127): per step, waits until the math
+// warpgroups have staged the step's dQ tile (kBlockM rows × d, fp32; mbarrier `staged`,
+// one phase per step), adds it to the accumulator of (batch, head) with 16-byte
+// reductions, and frees the buffer (mbarrier `freed`).
+template <typename Tr>
+__device__ __forceinline__ void write_dq_steps(const fa2_bwd_params_t &p, const KeyBlock &b,
+                                               uint32_t stage_smem, uint32_t staged,
+                                               uint32_t freed, int wtid)
+{
+    const fa2_fwd_params_t &f = p.fwd;
+    constexpr int kVecs = Tr::kHeadDim / 4;  // float4 per staged row
+    for (int step = 0; step < b.steps; ++step) {
+        mbarrier_wait(staged, step & 1);
+        const int row0 = b.tile(step) * Tr::kBlockM;
+        const int rows = min(Tr::kBlockM, f.seqlen_q - row0);
+        float *acc = p.dq_accum +
+                     ((static_cast<int64_t>(b.batch) * f.heads_q + b.head(step)) * f.seqlen_q + row0) *
+                         f.head_dim;
+#pragma unroll 4
+        for (int i = wtid; i < Tr::kBlockM * kVecs; i += 128) {
+            const int r = i / kVecs, c = (i % kVecs) * 4;
+            if (r < rows && c < f.head_dim)
+                red_add_v4(acc + static_cast<int64_t>(r) * f.head_dim + c,
+                           ld_shared_v4(stage_smem + r * Tr::kStagePitch + c * 4));
+        }
+        mbarrier_arrive(freed);
+    }
+}
 
 // Loads step `step` of a Hopper dK/dV kernel (cp.async, not committed): the Q and dO
 // tiles (kBlockM rows, panel layout) and the LSE and D values of those rows.
@@ -122,11 +163,27 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
     const uint32_t do_smem0 = q_smem0 + 2 * Tr::kQBytes;    // two buffers
     const uint32_t ds_smem = do_smem0 + 2 * Tr::kQBytes;    // dSᵀ [key][query]
     const uint32_t stats_smem = ds_smem + Tr::kDsBytes;
+    const uint32_t stage_smem = stats_smem + Tr::kStatsBytes;  // dQ of a step, fp32
+    const uint32_t staged = stage_smem + Tr::kStageBytes;       // mbarriers (8 bytes each)
+    const uint32_t freed = staged + 8;
     // stats[buf * 2 * kBlockM + {0: lse, kBlockM: D} + column]
     const float *stats = reinterpret_cast<const float *>(smem + (stats_smem - smem_addr(smem)));
 
+    if (tid == 0) {
+        mbarrier_init(staged, Tr::kMathThreads);
+        mbarrier_init(freed, 128);
+    }
+    __syncthreads();  // the mbarriers are initialized
+
+    if (wg == Tr::kWarpgroups) {
+        set_max_regs_dec<Tr::kWriterRegs>();
+        write_dq_steps<Tr>(p, b, stage_smem, staged, freed, tid - Tr::kMathThreads);
+        return;
+    }
+    set_max_regs_inc<Tr::kMathRegs>();
+
     auto load_step = [&](int step, int buf) {
-        load_step_sm90<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+        load_step_sm90<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kMathThreads>(
             p, b, step, q_smem0 + buf * Tr::kQBytes, do_smem0 + buf * Tr::kQBytes,
             stats_smem + buf * 2 * Tr::kBlockM * 4, tid);
     };
@@ -139,7 +196,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
     const int dq_row0 = Tr::kDqSplitRows ? wg * 64 : 0;  // in the query tile
 
     if (b.steps > 0) {
-        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(f, b, k_smem, v_smem, tid);
+        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kMathThreads>(f, b, k_smem, v_smem, tid);
         load_step(0, 0);
         cp_async_commit();
 
@@ -147,7 +204,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             const int buf = step & 1;
             cp_async_wait<0>();
             fence_proxy_async();
-            __syncthreads();  // tiles of `step` visible; everyone is done with buf ^ 1 and dSᵀ
+            // tiles of `step` visible; every math thread is done with buf ^ 1 and dSᵀ
+            named_barrier_sync(Tr::kMathBarrier, Tr::kMathThreads);
             if (step + 1 < b.steps) {
                 load_step(step + 1, buf ^ 1);
                 cp_async_commit();
@@ -221,17 +279,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                     }
             }
             fence_proxy_async();
-
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-                wgmma_rs<Elem, 1>(dv[0], pa[kk], desc_mn_major<Tr::kBlockM>(do_smem, kk), 1);
-#pragma unroll
-            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-                wgmma_rs<Elem, 1>(dk[0], dsa[kk], desc_mn_major<Tr::kBlockM>(q_smem, kk), 1);
-            wgmma_commit();
-
-            __syncthreads();  // dSᵀ of every warpgroup written
+            named_barrier_sync(Tr::kMathBarrier, Tr::kMathThreads);  // dSᵀ of every warpgroup written
 
             // dQ[:, dq_col0 ..] = dS K: A = dSᵀ read MN-major, B = K read MN-major.
             float dq[1][Tr::kDqCols / 8][4];
@@ -246,10 +294,32 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence(dq[0]);
+
+            // dV += Pᵀ dO, dK += dSᵀ Q; dQ staged for the writer meanwhile.
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+                wgmma_rs<Elem, 1>(dv[0], pa[kk], desc_mn_major<Tr::kBlockM>(do_smem, kk), 1);
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+                wgmma_rs<Elem, 1>(dk[0], dsa[kk], desc_mn_major<Tr::kBlockM>(q_smem, kk), 1);
+            wgmma_commit();
+
+            if (step > 0) mbarrier_wait(freed, (step - 1) & 1);  // the writer is done with it
+            {
+                const int r = dq_row0 + (warp % 4) * 16 + (lane >> 2);
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int n = 0; n < Tr::kDqCols / 8; ++n)
+                        st_shared_v2(stage_smem + (r + 8 * h) * Tr::kStagePitch +
+                                         (dq_col0 + n * 8 + 2 * (lane & 3)) * 4,
+                                     dq[0][n][2 * h], dq[0][n][2 * h + 1]);
+            }
+            mbarrier_arrive(staged);
+            wgmma_wait<0>();  // before the next step refills this step's Q and dO buffers
             reg_fence(dv[0]);
             reg_fence(dk[0]);
-
-            add_dq(p, b.batch, b.head(step), row0 + dq_row0 + (warp % 4) * 16, dq_col0, dq, lane);
         }
     }
 

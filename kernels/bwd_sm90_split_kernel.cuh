@@ -36,17 +36,6 @@ struct BwdSm90SplitTraits {
     static_assert(kHalf % 64 == 0 && kHalf <= 256, "whole panels; wgmma n");
 };
 
-// Named barriers (0 is __syncthreads): `threads` threads take part, a multiple of 32.
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void named_barrier_sync(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const fa2_bwd_params_t p)
 {

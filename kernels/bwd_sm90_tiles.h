@@ -41,13 +41,15 @@ static inline int64_t fa2_bwd_sm90_block_n(int64_t warpgroups, int64_t split)
 }
 
 /* Shared memory: K and V (block_n rows), Q and dO double buffered (block_m rows), dSᵀ
- * (block_n × block_m; split: also Pᵀ, and P in fp32), LSE and D double buffered, 1 KiB
- * for 1024-byte alignment. */
+ * (block_n × block_m; split: also Pᵀ, and P in fp32), LSE and D double buffered; not
+ * split: a step's dQ staged in fp32 for the dQ writer warpgroup (block_m rows of d
+ * floats + 16 bytes) and its two mbarriers; 1 KiB for 1024-byte alignment. */
 static inline int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t block_n,
                                               int64_t block_m, int64_t split)
 {
     return (2 * block_n + 4 * block_m) * head_dim_bucket * 2 +
-           block_n * block_m * (split ? 8 : 2) + 4 * block_m * 4 + 1024;
+           block_n * block_m * (split ? 8 : 2) + 4 * block_m * 4 +
+           (split ? 0 : block_m * (head_dim_bucket * 4 + 16) + 16) + 1024;
 }
 
 #endif

@@ -137,6 +137,35 @@ __device__ __forceinline__ void atomic_add2(float *addr, float a, float b)
 #endif
 }
 
+// addr[0..3] += v in global memory (16-byte aligned), one vector reduction (sm_90).
+__device__ __forceinline__ void red_add_v4(float *addr, float4 v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(v.x),
+                 "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+#else
+    atomicAdd(addr, v.x);
+    atomicAdd(addr + 1, v.y);
+    atomicAdd(addr + 2, v.z);
+    atomicAdd(addr + 3, v.w);
+#endif
+}
+
+__device__ __forceinline__ float4 ld_shared_v4(uint32_t addr)
+{
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr));
+    return v;
+}
+
+__device__ __forceinline__ void st_shared_v2(uint32_t addr, float a, float b)
+{
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
 // One float → one 16-bit value, round to nearest.
 template <typename Elem>
 __device__ __forceinline__ Elem to_elem(float x);

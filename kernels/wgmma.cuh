@@ -129,4 +129,59 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const float (&p)[kN
     a[3] = pack2<Elem>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
 }
 
+// Named barriers (0 is __syncthreads): `threads` threads take part, a multiple of 32.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+
+// Hands registers between the warpgroups of a block (sm_90a; every thread of the
+// warpgroup executes it): kRegs per thread from now on.
+template <int kRegs>
+__device__ __forceinline__ void set_max_regs_dec()
+{
+#if defined(FA2_SM90A)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+template <int kRegs>
+__device__ __forceinline__ void set_max_regs_inc()
+{
+#if defined(FA2_SM90A)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+// mbarrier (shared memory, CTA scope): init with the number of arrivals per phase;
+// arrive (release); wait until the phase of the given parity has completed (acquire).
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int arrivals)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
 }  // namespace fa2

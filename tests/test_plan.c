@@ -72,11 +72,13 @@ static const bwd_tile_t bwd_tiles[] = {
  * by the warpgroups when split. Shared memory: K, V (block_n rows), Q, dO double
  * buffered (block_m rows), rows of d 2-byte values in 128-byte panels; dS^T (block_n x
  * block_m, 2 bytes; split: also P^T and P in fp32, 8 bytes in all); LSE and D double
- * buffered; 1 KiB of alignment slack. Only dkdv is used (ds = dq = 0); the plan keeps
+ * buffered; not split: one step's dQ in fp32 (block_m rows of 4 d + 16 bytes) and two
+ * 8-byte mbarriers; 1 KiB of alignment slack. Only dkdv is used (ds = dq = 0); the plan keeps
  * the mma.sync row's dq_block_m/n (unused in default mode). */
 #define SM90_BWD_BN(wg, split) ((split) ? 64 : 64 * (wg))
-#define SM90_BWD_SMEM(b, bn, bm, split) \
-    ((2 * (bn) + 4 * (bm)) * (b) * 2 + (bn) * (bm) * ((split) ? 8 : 2) + 4 * (bm) * 4 + 1024)
+#define SM90_BWD_SMEM(b, bn, bm, split)                                                  \
+    ((2 * (bn) + 4 * (bm)) * (b) * 2 + (bn) * (bm) * ((split) ? 8 : 2) + 4 * (bm) * 4 + \
+     ((split) ? 0 : (bm) * (4 * (b) + 16) + 16) + 1024)
 #define SM90_BWD_ROW(b, wg, bm, split, ...) \
     {b, SM90_BWD_BN(wg, split), bm, 0, 0, 90, \
      SM90_BWD_SMEM(b, SM90_BWD_BN(wg, split), bm, split), 0, 0},

@@ -1,11 +1,11 @@
 /* The compute-sanitizer subset (ctest label sanitizer runs it under memcheck,
  * racecheck, synccheck and initcheck; label gpu runs it plainly). One forward +
  * backward per head-dim bucket and dtype, with causal, sliding windows, GQA/MQA, odd
- * lengths, deterministic on and off, and an empty-row case; small enough that
- * racecheck finishes in seconds. Outputs and workspace are left uninitialised (not
- * poisoned) so that initcheck sees any read before a write. Every output is checked
- * against the double reference (gpu_rows.h). One line per case; exit 77 without a
- * device; `--probe` only checks for one. */
+ * lengths, deterministic on and off, an empty-row case and blocks of several query
+ * steps; small enough that racecheck finishes in seconds. Outputs and workspace are
+ * left uninitialised (not poisoned) so that initcheck sees any read before a write.
+ * Every output is checked against the double reference (gpu_rows.h). One line per
+ * case; exit 77 without a device; `--probe` only checks for one. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -35,6 +35,11 @@ static const scase_t cases[] = {
     {BF, 2, 50, 77, 4, 4, 128, 1, 16, -1, 0},  {FP, 1, 129, 64, 2, 1, 128, 0, -1, -1, 1},
     {FP, 1, 40, 71, 2, 2, 192, 0, 8, 8, 1},    {BF, 1, 66, 66, 3, 3, 160, 1, -1, -1, 0},
     {BF, 1, 45, 45, 2, 1, 256, 1, -1, -1, 0},  {FP, 1, 31, 90, 2, 2, 256, 0, -1, 5, 1},
+    /* Several query steps per dK/dV block in default mode, so that the Hopper kernels
+     * pass their dQ staging buffer and Q/dO buffers back and forth more than once:
+     * d = 64 (128-row steps), 128 and 256 (64-row steps), GQA and a causal q > k. */
+    {BF, 1, 300, 150, 4, 2, 64, 0, -1, -1, 0}, {FP, 1, 200, 140, 2, 1, 128, 1, -1, -1, 0},
+    {BF, 1, 170, 100, 2, 2, 256, 0, -1, -1, 0},
 };
 
 static fa2_device_info_t g_info;

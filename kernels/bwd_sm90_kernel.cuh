@@ -57,9 +57,10 @@ struct BwdSm90Traits {
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;
     static constexpr int kStatsBytes = 4 * kBlockM * 4;
     static constexpr int kStagePitch = kHeadDim * 4 + 16;  // a staged dQ row, padded
-    static constexpr int kStageBytes = kBlockM * kStagePitch + 16;  // + two mbarriers
+    static constexpr int kStageBytes = kBlockM * kStagePitch;
+    static constexpr int kBarrierBytes = 16;  // mbarriers staged, freed
     static constexpr int kSmemBytes =
-        2 * kKVBytes + 4 * kQBytes + kDsBytes + kStatsBytes + kStageBytes + 1024;
+        2 * kKVBytes + 4 * kQBytes + kDsBytes + kStatsBytes + kStageBytes + kBarrierBytes + 1024;
     static constexpr int kMathBarrier = 1;  // named barrier of the math warpgroups
 
     static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");

@@ -91,7 +91,7 @@ fi
     echo "date:   $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "gpu:    $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
     echo "nvcc:   $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
-    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo 'unknown (no .git)')"
+    echo "tree:   $(bash bench/tree_hash.sh 2>/dev/null || echo '?') (bench/tree_hash.sh; git HEAD here: $(git rev-parse --short HEAD 2>/dev/null || echo 'none'), possibly stale)"
     echo "args:   FA2_CTEST_ARGS='${FA2_CTEST_ARGS:-}' FA2_BENCH_ARGS='${FA2_BENCH_ARGS:-}' FA2_SKIP_BENCH='${FA2_SKIP_BENCH:-0}' FA2_SDPA='${FA2_SDPA:-0}'"
     echo "build:  $build_time"
     # "100% tests passed, 0 tests failed out of 6" or (newer CMake) "100% tests passed out of 6"

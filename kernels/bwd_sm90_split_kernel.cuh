@@ -36,7 +36,9 @@ struct BwdSm90SplitTraits {
     static_assert(kHalf % 64 == 0 && kHalf <= 256, "whole panels; wgmma n");
 };
 
-template <typename Tr>
+// kAtomicDq: also dQ += dS K, added to p.dq_accum with atomics; else only dK and dV
+// (dq_sm90_kernel computes dQ).
+template <typename Tr, bool kAtomicDq>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const fa2_bwd_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -185,17 +187,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
                 wgmma_ss<Elem, 0, 1>(dk[0], desc_k_major<Tr::kBlockN>(dst_smem, 0, kk),
                                      desc_mn_major<Tr::kBlockM>(q_smem, kk, col0 / 64), 1);
+            if constexpr (kAtomicDq) {
 #pragma unroll
-            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(dst_smem, kk),
-                                     desc_mn_major<Tr::kBlockN>(k_smem, kk, col0 / 64), kk > 0);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(dst_smem, kk),
+                                         desc_mn_major<Tr::kBlockN>(k_smem, kk, col0 / 64), kk > 0);
+            }
             wgmma_commit();
             wgmma_wait<0>();
-            reg_fence(dq[0]);
             reg_fence(dv[0]);
             reg_fence(dk[0]);
-
-            add_dq(p, b.batch, b.head(step), row0 + (warp % 4) * 16, col0, dq, lane);
+            if constexpr (kAtomicDq) {
+                reg_fence(dq[0]);
+                add_dq(p, b.batch, b.head(step), row0 + (warp % 4) * 16, col0, dq, lane);
+            }
         }
     }
 

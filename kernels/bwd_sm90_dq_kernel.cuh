@@ -1,0 +1,162 @@
+// The Hopper dQ kernel (sm_90a) for large head dims: one thread block = 128 query rows
+// of one (batch, head), a warpgroup per 64 rows, visiting the key blocks the rows see.
+// Per block of 64 keys: S = Q Kᵀ and dP = dO Vᵀ (operands in shared memory),
+// P = exp(scale·S − LSE), dS = P ∘ (dP − D) in registers, then dQ += dS K with dS as
+// the register A operand. dQ stays in registers and is written once, so dQ needs no
+// atomics and no fp32 accumulator; the split dK/dV kernel runs without its dQ part.
+// K is double buffered; V single, reloaded once both warpgroups are done with dP.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include "bwd_kernels.cuh"
+#include "fwd_mask.cuh"
+#include "wgmma.cuh"
+
+namespace fa2 {
+
+template <typename Elem_, int kHeadDim_>
+struct DqSm90Traits {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = 128;  // two warpgroups of 64 rows
+    static constexpr int kBlockN = 64;
+    static constexpr int kThreads = 256;
+    static constexpr int kLoadChunks = kHeadDim / 8;
+    static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+    static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+    static constexpr int kSmemBytes = 2 * kQBytes + 3 * kKVBytes + 1024;  // Q, dO, K ×2, V
+
+    static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "whole panels; wgmma n");
+};
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_params_t p)
+{
+#if defined(FA2_SM90A)
+    using Elem = typename Tr::Elem;
+    constexpr int kN = Tr::kBlockN / 8;    // n8 tiles of S (keys)
+    constexpr int kD = Tr::kHeadDim / 8;   // n8 tiles of dQ
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const fa2_fwd_params_t &f = p.fwd;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int wg_row0 = (warp / 4) * 64;
+
+    const auto [batch, head, kv_head, row_first, row_last, n_first, n_end, win] =
+        query_tile<Tr::kBlockM, Tr::kBlockN, true>(f);
+
+    const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t do_smem = q_smem + Tr::kQBytes;
+    const uint32_t k_smem = do_smem + Tr::kQBytes;  // two buffers
+    const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
+
+    const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride + kv_head * f.k_head_stride;
+    const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride + kv_head * f.v_head_stride;
+    auto load_kv = [&](uint32_t dst, const Elem *src, int64_t stride, int n_block) {
+        const int key0 = n_block * Tr::kBlockN;
+        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+            dst, src + key0 * stride, stride, f.seqlen_k - key0, f.head_dim, tid);
+    };
+
+    // This thread's two rows: LSE (as an exp2 offset) and D.
+    const int warp_row0 = row_first + warp * 16;
+    const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q;
+    float lse_log2[2], dsum[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = warp_row0 + (lane >> 2) + 8 * h;
+        const bool valid = row < f.seqlen_q;
+        lse_log2[h] = valid ? f.lse[stat0 + row] * kLog2e : 0.f;
+        dsum[h] = valid ? p.d_sum[stat0 + row] : 0.f;
+    }
+
+    float dq[1][kD][4];
+    zero(dq);
+    if (n_end > n_first) {
+        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+            q_smem, static_cast<const Elem *>(f.q) + batch * f.q_batch_stride + head * f.q_head_stride + row_first * f.q_seq_stride,
+            f.q_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+        load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
+            do_smem, static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride + head * f.o_head_stride + row_first * f.o_seq_stride,
+            f.o_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+        int n_block = n_end - 1;
+        load_kv(k_smem, k, f.k_seq_stride, n_block);
+        load_kv(v_smem, v, f.v_seq_stride, n_block);
+        cp_async_commit();
+
+        for (int it = 0; n_block >= n_first; ++it, --n_block) {
+            const int key0 = n_block * Tr::kBlockN;
+            const uint32_t k_buf = k_smem + (it & 1) * Tr::kKVBytes;
+            cp_async_wait<0>();  // K and V of n_block (Q and dO on the first pass)
+            fence_proxy_async();
+            __syncthreads();     // ...visible to wgmma; everyone is done with the other K
+            const bool prefetch = n_block > n_first;
+            if (prefetch) {
+                load_kv(k_smem + ((it + 1) & 1) * Tr::kKVBytes, k, f.k_seq_stride, n_block - 1);
+                cp_async_commit();
+            }
+
+            float s[kN][4], dp[kN][4];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
+                wgmma_ss<Elem, 0, 0>(s, desc_k_major<Tr::kBlockM>(q_smem, wg_row0, kk),
+                                     desc_k_major<Tr::kBlockN>(k_buf, 0, kk), kk > 0);
+            wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
+                wgmma_ss<Elem, 0, 0>(dp, desc_k_major<Tr::kBlockM>(do_smem, wg_row0, kk),
+                                     desc_k_major<Tr::kBlockN>(v_smem, 0, kk), kk > 0);
+            wgmma_commit();
+            wgmma_wait<1>();
+            reg_fence(s);
+
+            const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kBlockN - 1);
+#pragma unroll
+            for (int n = 0; n < kN; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float x = exp2_approx(fmaf(s[n][e], f.scale_log2, -lse_log2[e >> 1]));
+                    const int row = warp_row0 + (lane >> 2) + 8 * (e >> 1);
+                    const int key = key0 + n * 8 + 2 * (lane & 3) + (e & 1);
+                    s[n][e] = masked && !win.visible(row, key) ? 0.f : x;
+                }
+
+            wgmma_wait<0>();
+            reg_fence(dp);
+            __syncthreads();  // both warpgroups are done with V
+            if (prefetch) {
+                load_kv(v_smem, v, f.v_seq_stride, n_block - 1);
+                cp_async_commit();
+            }
+#pragma unroll
+            for (int n = 0; n < kN; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - dsum[e >> 1]);
+            uint32_t ds[Tr::kBlockN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(ds[kk], dp, kk);
+
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                wgmma_rs<Elem, 1>(dq[0], ds[kk], desc_mn_major<Tr::kBlockN>(k_buf, kk), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(dq[0]);
+        }
+    }
+
+    float scale[1][2];
+    fill_scale(scale, f.softmax_scale);
+    store_acc<Elem>(dq, scale,
+                    static_cast<Elem *>(p.dq) + batch * f.q_batch_stride + head * f.q_head_stride,
+                    f.q_seq_stride, warp_row0, f.seqlen_q, 0, f.head_dim, lane);
+#endif
+}
+
+}  // namespace fa2

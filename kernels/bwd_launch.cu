@@ -12,7 +12,9 @@ extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #if defined(FA2_WITH_SM90A)
-    if (p->use_sm90 && p->dq_accum && fa2::device_is_sm90()) {
+    // The plan picks sm90 in default mode, and in deterministic mode for split rows
+    // (no atomics there); bwd_sm90_run refuses a non-split row without accumulator.
+    if (p->use_sm90 && fa2::device_is_sm90()) {
         switch (p->fwd.head_dim_bucket) {
 #define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                     \
     case d:                                                                  \

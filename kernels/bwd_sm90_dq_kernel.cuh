@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "bwd_kernels.cuh"
+#include "bwd_sm90_tiles.h"
 #include "fwd_mask.cuh"
 #include "wgmma.cuh"
 
@@ -20,8 +21,8 @@ template <typename Elem_, int kHeadDim_>
 struct DqSm90Traits {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kBlockM = 128;  // two warpgroups of 64 rows
-    static constexpr int kBlockN = 64;
+    static constexpr int kBlockM = FA2_BWD_SM90_DQ_BLOCK_M;  // two warpgroups of 64 rows
+    static constexpr int kBlockN = FA2_BWD_SM90_DQ_BLOCK_N;
     static constexpr int kThreads = 256;
     static constexpr int kLoadChunks = kHeadDim / 8;
     static constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -29,6 +30,7 @@ struct DqSm90Traits {
     static constexpr int kSmemBytes = 2 * kQBytes + 3 * kKVBytes + 1024;  // Q, dO, K ×2, V
 
     static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "whole panels; wgmma n");
+    static_assert(kBlockM == 128 && kBlockN % 16 == 0, "a warpgroup per 64 rows; k16 steps");
 };
 
 template <typename Tr>

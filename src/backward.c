@@ -79,11 +79,12 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
     p.dk = dk;
     p.dv = dv;
     /* Workspace: D (fp32 per query row, padded to 256 bytes), then the fp32 dQ
-     * accumulator unless deterministic (plan_backward in plan.c sizes it). */
+     * accumulator when dQ is summed by atomics (plan_backward in plan.c sizes it). */
     p.d_sum = (float *)workspace;
     p.dq_accum = NULL;
     p.use_sm90 = plan->bwd_arch == 90;
-    if (!plan->problem.deterministic) {
+    if (fa2_bwd_dq_by_atomics(plan->problem.deterministic, plan->bwd_arch,
+                              plan->head_dim_bucket)) {
         const int64_t rows = plan->problem.batch * plan->problem.heads_q * plan->problem.seqlen_q;
         p.dq_accum = (float *)((char *)workspace + (rows * 4 + 255) / 256 * 256);
     }

@@ -36,6 +36,20 @@ static int32_t pick_rule(int64_t seed, int64_t uncapped, int64_t kernel)
 /* The backward's tiles for `bucket`, its shared memory and workspace. When the
  * backward cannot run, bwd_supported = 0 and bwd_status says why (fa2_backward
  * returns it). */
+int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket)
+{
+    if (deterministic)
+        return 0;
+#if defined(FA2_WITH_SM90A)
+    if (bwd_arch == 90 && fa2_bwd_sm90_split(bucket))
+        return 0;
+#else
+    (void)bwd_arch;
+    (void)bucket;
+#endif
+    return 1;
+}
+
 static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *device,
                           int64_t bucket, fa2_plan_t *out)
 {
@@ -65,14 +79,22 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     out->bwd_smem_bytes = dkdv + ds > dq ? dkdv + ds : dq;
     out->bwd_arch = 80;
 #if defined(FA2_WITH_SM90A)
-    /* sm_90, default mode: the Hopper dK/dV kernel (dQ by atomics) where it has a row. */
-    if (!pr->deterministic && device->cc_major == 9 && device->cc_minor == 0) {
+    /* sm_90: the Hopper kernels where they have a row, in default mode (dQ by atomics,
+     * or, split rows, by a dQ kernel of their own) and for split rows in deterministic
+     * mode too (no atomics there). */
+    if (device->cc_major == 9 && device->cc_minor == 0) {
 #define FA2_BWD_SM90_ROW(d, wg, bm, split)                                      \
-        if (bucket == d) {                                                      \
+        if (bucket == d && (split || !pr->deterministic)) {                     \
             out->bwd_block_n = (int32_t)fa2_bwd_sm90_block_n(wg, split);        \
             out->bwd_block_m = bm;                                              \
             out->bwd_smem_bytes =                                               \
                 fa2_bwd_sm90_smem_bytes(d, out->bwd_block_n, bm, split);        \
+            if (split) {                                                        \
+                out->bwd_dq_block_m = FA2_BWD_SM90_DQ_BLOCK_M;                  \
+                out->bwd_dq_block_n = FA2_BWD_SM90_DQ_BLOCK_N;                  \
+                if (fa2_bwd_sm90_dq_smem_bytes(d) > out->bwd_smem_bytes)        \
+                    out->bwd_smem_bytes = fa2_bwd_sm90_dq_smem_bytes(d);        \
+            }                                                                   \
             out->bwd_arch = 90;                                                 \
             slices = 1;                                                         \
         }
@@ -83,10 +105,10 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     out->bwd_status = FA2_SUCCESS;
 
     /* D: batch * heads_q * seqlen_q floats (validation bounds it), padded to 256 bytes;
-     * then the dQ accumulator, head_dim floats per row, unless deterministic. */
+     * then the dQ accumulator, head_dim floats per row, when dQ is summed by atomics. */
     d_bytes = pr->batch * pr->heads_q * pr->seqlen_q * 4;
     if (!fa2_add_i64(d_bytes, (256 - d_bytes % 256) % 256, &out->bwd_workspace_bytes) ||
-        (!pr->deterministic &&
+        (fa2_bwd_dq_by_atomics(pr->deterministic, out->bwd_arch, bucket) &&
          (!fa2_mul_i64(d_bytes, pr->head_dim, &accum) ||
           !fa2_add_i64(out->bwd_workspace_bytes, accum, &out->bwd_workspace_bytes)))) {
         out->bwd_workspace_bytes = 0;
@@ -94,7 +116,8 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     }
     /* Grids: int64 products of int32-bounded sizes over block sizes >= 16. */
     grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
-    if (pr->deterministic && ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
+    if (!fa2_bwd_dq_by_atomics(pr->deterministic, out->bwd_arch, bucket) &&
+        ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
         grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
     if (grid > INT32_MAX)
         out->bwd_status = FA2_ERROR_INVALID_SIZE;

@@ -50,6 +50,7 @@ static const tile_t sm90_tiles[] = {
 typedef struct bwd_tile_t {
     int64_t bucket, block_n, block_m, dq_block_m, dq_block_n, arch;
     int64_t dkdv, ds, dq;
+    int64_t split; /* Hopper rows: dQ by a kernel of its own, both modes */
 } bwd_tile_t;
 
 #define COLS(b) (((b) + 63) / 64 * 64)
@@ -73,15 +74,19 @@ static const bwd_tile_t bwd_tiles[] = {
  * buffered (block_m rows), rows of d 2-byte values in 128-byte panels; dS^T (block_n x
  * block_m, 2 bytes; split: also P^T and P in fp32, 8 bytes in all); LSE and D double
  * buffered; not split: one step's dQ in fp32 (block_m rows of 4 d + 16 bytes) and two
- * 8-byte mbarriers; 1 KiB of alignment slack. Only dkdv is used (ds = dq = 0); the plan keeps
- * the mma.sync row's dq_block_m/n (unused in default mode). */
+ * 8-byte mbarriers; 1 KiB of alignment slack. Not split: only dkdv is used (ds = dq =
+ * 0) and the plan keeps the mma.sync row's dq_block_m/n (unused in default mode).
+ * Split: the dQ kernel, 128 query rows x 64 keys, Q and dO (128 rows), K double
+ * buffered and V (64 rows), 1 KiB of slack; bwd_smem_bytes is the larger kernel's. */
 #define SM90_BWD_BN(wg, split) ((split) ? 64 : 64 * (wg))
 #define SM90_BWD_SMEM(b, bn, bm, split)                                                  \
     ((2 * (bn) + 4 * (bm)) * (b) * 2 + (bn) * (bm) * ((split) ? 8 : 2) + 4 * (bm) * 4 + \
      ((split) ? 0 : (bm) * (4 * (b) + 16) + 16) + 1024)
-#define SM90_BWD_ROW(b, wg, bm, split, ...) \
-    {b, SM90_BWD_BN(wg, split), bm, 0, 0, 90, \
-     SM90_BWD_SMEM(b, SM90_BWD_BN(wg, split), bm, split), 0, 0},
+#define SM90_DQ_SMEM(b) ((2 * 128 + 3 * 64) * (b) * 2 + 1024)
+#define SM90_BWD_ROW(b, wg, bm, split, ...)                                      \
+    {b, SM90_BWD_BN(wg, split), bm, (split) ? 128 : 0, (split) ? 64 : 0, 90,    \
+     SM90_BWD_SMEM(b, SM90_BWD_BN(wg, split), bm, split), 0,                     \
+     (split) ? SM90_DQ_SMEM(b) : 0, split},
 static const bwd_tile_t bwd_sm90_tiles[] = {
 #define X(...) SM90_BWD_ROW(__VA_ARGS__, 0, 0)
     FA2_BWD_SM90_TILES(X)
@@ -152,8 +157,9 @@ static const bwd_tile_t *bwd_tile_of(int64_t bucket)
 }
 
 /* The backward tiles fa2_plan must pick for `bucket` on device `d` in the given mode:
- * the Hopper dK/dV kernel's row on sm_90 in default mode when the library has sm_90a
- * code and the table has the bucket, else the mma.sync row. 0 if no row at all. */
+ * the Hopper row on sm_90 when the library has sm_90a code and the table has the
+ * bucket, in default mode or (split rows) either mode; else the mma.sync row. 0 if no
+ * row at all. */
 static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int deterministic,
                         bwd_tile_t *out)
 {
@@ -162,15 +168,22 @@ static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int determin
         return 0;
     *out = *t;
 #if defined(FA2_WITH_SM90A)
-    if (!deterministic && d->cc_major == 9 && d->cc_minor == 0)
+    if (d->cc_major == 9 && d->cc_minor == 0)
         for (size_t i = 0; i < NBWD90; i++)
-            if (bwd_sm90_tiles[i].bucket == bucket) {
-                out->block_n = bwd_sm90_tiles[i].block_n;
-                out->block_m = bwd_sm90_tiles[i].block_m;
+            if (bwd_sm90_tiles[i].bucket == bucket &&
+                (!deterministic || bwd_sm90_tiles[i].split)) {
+                const bwd_tile_t *h = &bwd_sm90_tiles[i];
+                out->block_n = h->block_n;
+                out->block_m = h->block_m;
                 out->arch = 90;
-                out->dkdv = bwd_sm90_tiles[i].dkdv;
+                out->dkdv = h->dkdv;
                 out->ds = 0;
-                out->dq = 0;
+                out->dq = h->dq;
+                out->split = h->split;
+                if (h->split) {
+                    out->dq_block_m = h->dq_block_m;
+                    out->dq_block_n = h->dq_block_n;
+                }
             }
 #else
     (void)d;
@@ -182,7 +195,7 @@ static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int determin
 /* bwd_smem_bytes for tile `t` in the given mode. */
 static int64_t bwd_smem_of(const bwd_tile_t *t, int deterministic)
 {
-    if (deterministic)
+    if (deterministic || t->split)
         return t->dkdv > t->dq ? t->dkdv : t->dq;
     return t->dkdv + t->ds;
 }
@@ -298,6 +311,15 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     assert_int_equal(pl->bwd_dq_block_m, bt.dq_block_m);
     assert_int_equal(pl->bwd_dq_block_n, bt.dq_block_n);
     assert_int_equal(pl->bwd_smem_bytes, bwd_smem_of(&bt, p->deterministic));
+    /* Workspace: D (4 bytes per query row, padded to 256), then the fp32 dQ
+     * accumulator (head_dim floats per row) when dQ is summed by atomics: default
+     * mode, not a split Hopper row. */
+    if (pl->bwd_status != FA2_ERROR_SIZE_OVERFLOW) {
+        const int64_t d_bytes = p->batch * p->heads_q * p->seqlen_q * 4;
+        const int atomics = !p->deterministic && !bt.split;
+        assert_int_equal(pl->bwd_workspace_bytes,
+                         (d_bytes + 255) / 256 * 256 + (atomics ? d_bytes * p->head_dim : 0));
+    }
     assert_int_equal(pl->bwd_status == FA2_ERROR_SHARED_MEMORY,
                      pl->bwd_smem_bytes > d->smem_per_block_optin);
     assert_int_equal(pl->bwd_supported, pl->bwd_status == FA2_SUCCESS);
@@ -448,11 +470,14 @@ static void test_kernel_family(void **state)
         d.cc_major = ccs[ci][0];
         d.cc_minor = ccs[ci][1];
         for (size_t i = 0; i < sizeof buckets / sizeof buckets[0]; i++) {
-            int in_fwd90 = 0, in_bwd90 = 0;
+            int in_fwd90 = 0, in_bwd90 = 0, split90 = 0;
             for (size_t j = 0; j < NSM90; j++)
                 in_fwd90 |= sm90_tiles[j].bucket == buckets[i];
             for (size_t j = 0; j < NBWD90; j++)
-                in_bwd90 |= bwd_sm90_tiles[j].bucket == buckets[i];
+                if (bwd_sm90_tiles[j].bucket == buckets[i]) {
+                    in_bwd90 = 1;
+                    split90 = (int)bwd_sm90_tiles[j].split;
+                }
 #if !defined(FA2_WITH_SM90A)
             in_fwd90 = in_bwd90 = 0; /* no sm_90a code: mma.sync everywhere */
 #endif
@@ -463,7 +488,7 @@ static void test_kernel_family(void **state)
                 p.deterministic = det;
                 assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
                 assert_int_equal(pl.fwd_arch, hopper && in_fwd90 ? 90 : 80);
-                assert_int_equal(pl.bwd_arch, hopper && in_bwd90 && !det ? 90 : 80);
+                assert_int_equal(pl.bwd_arch, hopper && in_bwd90 && (!det || split90) ? 90 : 80);
                 if (pl.bwd_arch == 80) {
                     const bwd_tile_t *t = bwd_tile_of(buckets[i]);
                     assert_int_equal(pl.bwd_block_n, t->block_n);
@@ -488,9 +513,16 @@ static void test_kernel_family(void **state)
     }
 #if defined(FA2_WITH_SM90A)
     /* The H200 runs the Hopper kernels for every bucket of their tables (both modes for
-     * the forward, default mode for the backward): the checks above are not vacuous. */
-    assert_int_equal(fwd90, 2 * (int)NSM90);
-    assert_int_equal(bwd90, (int)NBWD90);
+     * the forward, default mode for the backward and deterministic mode for its split
+     * rows): the checks above are not vacuous. */
+    {
+        int split_rows = 0;
+        for (size_t j = 0; j < NBWD90; j++)
+            split_rows += (int)bwd_sm90_tiles[j].split;
+        assert_int_equal(fwd90, 2 * (int)NSM90);
+        assert_int_equal(bwd90, (int)NBWD90 + split_rows);
+        assert_true(split_rows > 0);
+    }
     assert_true(NSM90 > 0 && NBWD90 > 0);
 #else
     assert_int_equal(fwd90, 0);

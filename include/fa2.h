@@ -180,7 +180,7 @@ typedef struct fa2_plan_t {
     int32_t bwd_block_n;         /* keys per thread block of the dK/dV kernel */
     int32_t bwd_block_m;         /* queries per inner step of the dK/dV kernel */
     int32_t bwd_dq_block_m;      /* queries per thread block of the dQ kernel (when one
-                                    runs: deterministic mode, or bwd_arch 90 at 256) */
+                                    runs: deterministic mode, or bwd_arch 90 at bucket 256) */
     int32_t bwd_dq_block_n;      /* keys per inner step of the dQ kernel */
     int64_t bwd_smem_bytes;      /* dynamic shared memory per block, larger of the two */
     int64_t bwd_workspace_bytes; /* caller-provided scratch fa2_backward needs */
@@ -193,8 +193,8 @@ typedef struct fa2_plan_t {
                                     devices, head dims 64/128/256 buckets), 80 = mma.sync
                                     kernel (every device) */
     int32_t bwd_arch;            /* backward kernel family: 90 = Hopper wgmma kernels
-                                    (sm_90; head-dim buckets 64 and 128 in default mode,
-                                    256 in both modes), 80 = mma.sync */
+                                    (sm_90, head-dim buckets 64/128/256, both modes),
+                                    80 = mma.sync */
 } fa2_plan_t;
 
 /* Validates `problem` against `device` and chooses the kernel and its tiles.
@@ -233,7 +233,8 @@ FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const vo
  * do). deterministic = 1: no atomics, dQ from a kernel of its own; bit-identical
  * results run to run, at a cost in speed (docs/performance.md). Exception: on sm_90
  * with head dims above 192 (bwd_arch 90) both modes take the dQ-kernel route, which is
- * the faster one there. The workspace size depends on the route.
+ * the faster one there. The workspace size depends on the route (no accumulator on the
+ * dQ-kernel route).
  * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_MISALIGNED,
  * FA2_ERROR_WORKSPACE, plan->bwd_status when the plan has no backward
  * (bwd_supported = 0: FA2_ERROR_SHARED_MEMORY, FA2_ERROR_INVALID_SIZE or

@@ -12,8 +12,8 @@ extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #if defined(FA2_WITH_SM90A)
-    // The plan picks sm90 in default mode, and in deterministic mode for split rows
-    // (no atomics there); bwd_sm90_run refuses a non-split row without accumulator.
+    // The plan picks sm90 for the Hopper rows in both modes; without an accumulator
+    // (deterministic mode, split rows) bwd_sm90_run takes the dQ-kernel route.
     if (p->use_sm90 && fa2::device_is_sm90()) {
         switch (p->fwd.head_dim_bucket) {
 #define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                     \

@@ -138,7 +138,9 @@ __device__ __forceinline__ void load_kv_sm90(const fa2_fwd_params_t &f, const Ke
         f.v_seq_stride, keys, f.head_dim, tid);
 }
 
-template <typename Tr>
+// kAtomicDq: also dQ += dS K, staged for the writer warpgroup; else only dK and dV
+// (dq_sm90_kernel computes dQ; the writer has nothing to do).
+template <typename Tr, bool kAtomicDq>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bwd_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
 
     if (wg == Tr::kWarpgroups) {
         set_max_regs_dec<Tr::kWriterRegs>();
-        write_dq_steps<Tr>(p, b, stage_smem, staged, freed, tid - Tr::kMathThreads);
+        if (kAtomicDq) write_dq_steps<Tr>(p, b, stage_smem, staged, freed, tid - Tr::kMathThreads);
         return;
     }
     set_max_regs_inc<Tr::kMathRegs>();
@@ -266,7 +268,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             }
             // dSᵀ to shared memory, [key][query] in the panel layout: the A operand of
             // dQ = dS K read MN-major. Same rounding as the registers.
-            {
+            float dq[1][Tr::kDqCols / 8][4];
+            if constexpr (kAtomicDq) {
                 const int r = warp * 16 + (lane >> 2);
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
@@ -278,23 +281,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                                               (col % 8) * 2;
                         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[kk][i]));
                     }
-            }
-            fence_proxy_async();
-            named_barrier_sync(Tr::kMathBarrier, Tr::kMathThreads);  // dSᵀ of every warpgroup written
+                fence_proxy_async();
+                named_barrier_sync(Tr::kMathBarrier, Tr::kMathThreads);  // dSᵀ of every warpgroup written
 
-            // dQ[:, dq_col0 ..] = dS K: A = dSᵀ read MN-major, B = K read MN-major.
-            float dq[1][Tr::kDqCols / 8][4];
-            wgmma_fence();
+                // dQ[:, dq_col0 ..] = dS K: A = dSᵀ read MN-major, B = K read MN-major.
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(ds_smem, kk, dq_row0 / 64),
-                                     wgmma_desc(k_smem + (dq_col0 / 64) * Tr::kBlockN * 128 +
-                                                    (dq_col0 % 64) * 2 + kk * 16 * 128,
-                                                Tr::kBlockN * 128, 1024),
-                                     kk > 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-            reg_fence(dq[0]);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(ds_smem, kk, dq_row0 / 64),
+                                         wgmma_desc(k_smem + (dq_col0 / 64) * Tr::kBlockN * 128 +
+                                                        (dq_col0 % 64) * 2 + kk * 16 * 128,
+                                                    Tr::kBlockN * 128, 1024),
+                                         kk > 0);
+                wgmma_commit();
+                wgmma_wait<0>();
+                reg_fence(dq[0]);
+            }
 
             // dV += Pᵀ dO, dK += dSᵀ Q; dQ staged for the writer meanwhile.
             wgmma_fence();
@@ -306,8 +308,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                 wgmma_rs<Elem, 1>(dk[0], dsa[kk], desc_mn_major<Tr::kBlockM>(q_smem, kk), 1);
             wgmma_commit();
 
-            if (step > 0) mbarrier_wait(freed, (step - 1) & 1);  // the writer is done with it
-            {
+            if constexpr (kAtomicDq) {
+                if (step > 0) mbarrier_wait(freed, (step - 1) & 1);  // the writer is done with it
                 const int r = dq_row0 + (warp % 4) * 16 + (lane >> 2);
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
@@ -316,8 +318,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                         st_shared_v2(stage_smem + (r + 8 * h) * Tr::kStagePitch +
                                          (dq_col0 + n * 8 + 2 * (lane & 3)) * 4,
                                      dq[0][n][2 * h], dq[0][n][2 * h + 1]);
+                mbarrier_arrive(staged);
             }
-            mbarrier_arrive(staged);
             wgmma_wait<0>();  // before the next step refills this step's Q and dO buffers
             reg_fence(dv[0]);
             reg_fence(dk[0]);

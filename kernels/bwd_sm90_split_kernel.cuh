@@ -1,11 +1,12 @@
-// The Hopper dK/dV kernel for large head dims (sm_90a, default mode): one thread block
-// = 64 keys of one (batch, kv head) and two warpgroups that split the work of each
-// 64-query step instead of the keys, so that dK and dV (64 × d each) fit in registers:
+// The Hopper dK/dV kernel for large head dims (sm_90a, both modes; dQ comes from
+// dq_sm90_kernel): one thread block = 64 keys of one (batch, kv head) and two
+// warpgroups that split the work of each 64-query step instead of the keys, so that dK
+// and dV (64 × d each) fit in registers:
 //   warpgroup 0: Sᵀ = K Qᵀ, Pᵀ = exp(scale·Sᵀ − LSE), to shared memory in fp32 and Elem;
 //   warpgroup 1: dPᵀ = V dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D) to shared memory (Elem);
 //   both, each for its half of the d columns (all operands in shared memory):
 //     dV += Pᵀ dO as soon as Pᵀ is there (it runs while dSᵀ is computed), then
-//     dK += dSᵀ Q and dQ += dS K, dQ by atomics.
+//     dK += dSᵀ Q.
 // Both warpgroups hold identical accumulator layouts for Sᵀ and dPᵀ, so thread t of
 // warpgroup 1 reads exactly the P values thread t of warpgroup 0 wrote.
 #pragma once
@@ -36,15 +37,13 @@ struct BwdSm90SplitTraits {
     static_assert(kHalf % 64 == 0 && kHalf <= 256, "whole panels; wgmma n");
 };
 
-// kAtomicDq: also dQ += dS K, added to p.dq_accum with atomics; else only dK and dV
-// (dq_sm90_kernel computes dQ).
-template <typename Tr, bool kAtomicDq>
+template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const fa2_bwd_params_t p)
 {
 #if defined(FA2_SM90A)
     using Elem = typename Tr::Elem;
     constexpr int kN = Tr::kBlockM / 8;  // n8 tiles of Sᵀ (queries)
-    constexpr int kD = Tr::kHalf / 8;    // n8 tiles of this warpgroup's dK / dV / dQ
+    constexpr int kD = Tr::kHalf / 8;    // n8 tiles of this warpgroup's dK / dV
     extern __shared__ __align__(1024) uint8_t smem[];
     const fa2_fwd_params_t &f = p.fwd;
 
@@ -179,28 +178,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
             }
             __syncthreads();  // dSᵀ written
 
-            // This warpgroup's columns: dV += Pᵀ dO, dK += dSᵀ Q (A: K-major tiles),
-            // dQ = dS K (A: dSᵀ read MN-major).
-            float dq[1][kD][4];
+            // This warpgroup's columns: dK += dSᵀ Q (A: K-major tile).
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
                 wgmma_ss<Elem, 0, 1>(dk[0], desc_k_major<Tr::kBlockN>(dst_smem, 0, kk),
                                      desc_mn_major<Tr::kBlockM>(q_smem, kk, col0 / 64), 1);
-            if constexpr (kAtomicDq) {
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                    wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(dst_smem, kk),
-                                         desc_mn_major<Tr::kBlockN>(k_smem, kk, col0 / 64), kk > 0);
-            }
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence(dv[0]);
             reg_fence(dk[0]);
-            if constexpr (kAtomicDq) {
-                reg_fence(dq[0]);
-                add_dq(p, b.batch, b.head(step), row0 + (warp % 4) * 16, col0, dq, lane);
-            }
         }
     }
 

@@ -34,8 +34,8 @@
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128) \
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256)
 
-/* 1 when the bucket's row is split (0 when it has none). Split rows compute dQ in a
- * kernel of their own, without atomics: they serve deterministic mode too. */
+/* 1 when the bucket's row is split (0 when it has none). Split rows compute dQ in the
+ * Hopper dQ kernel, without atomics, in both modes. */
 static inline int fa2_bwd_sm90_split(int64_t head_dim_bucket)
 {
 #define FA2_BWD_SM90_SPLIT_OF(d, wg, bm, split) \
@@ -45,9 +45,10 @@ static inline int fa2_bwd_sm90_split(int64_t head_dim_bucket)
     return 0;
 }
 
-/* The Hopper dQ kernel of split rows (kernels/bwd_sm90_dq_kernel.cuh): 128 query rows
- * per thread block (a warpgroup per 64), 64 keys per step. Shared memory: Q and dO
- * (128 rows), K double buffered and V (64 rows), 1 KiB for 1024-byte alignment. */
+/* The Hopper dQ kernel (kernels/bwd_sm90_dq_kernel.cuh; deterministic mode, and split
+ * rows): 128 query rows per thread block (a warpgroup per 64), 64 keys per step.
+ * Shared memory: Q and dO (128 rows), K double buffered and V (64 rows), 1 KiB for
+ * 1024-byte alignment. */
 #define FA2_BWD_SM90_DQ_BLOCK_M 128
 #define FA2_BWD_SM90_DQ_BLOCK_N 64
 static inline int64_t fa2_bwd_sm90_dq_smem_bytes(int64_t head_dim_bucket)

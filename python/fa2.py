@@ -166,7 +166,7 @@ class DeviceInfo(ctypes.Structure):
 
 class PlanStruct(ctypes.Structure):
     """fa2_plan_t. Wrapped by Plan. fwd_arch / bwd_arch: the kernel family that runs
-    the forward / the dK/dV kernel, 90 (Hopper wgmma) or 80 (mma.sync)."""
+    the forward / the backward, 90 (Hopper wgmma) or 80 (mma.sync)."""
     _fields_ = ([("struct_size", ctypes.c_size_t), ("problem", Problem),
                  ("sram_elements", _i64), ("seed_br", _i64), ("seed_bc", _i64)]
                 + [(n, _i32) for n in ("block_m", "block_n", "block_m_rule", "block_n_rule",

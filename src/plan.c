@@ -79,17 +79,16 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     out->bwd_smem_bytes = dkdv + ds > dq ? dkdv + ds : dq;
     out->bwd_arch = 80;
 #if defined(FA2_WITH_SM90A)
-    /* sm_90: the Hopper kernels where they have a row, in default mode (dQ by atomics,
-     * or, split rows, by a dQ kernel of their own) and for split rows in deterministic
-     * mode too (no atomics there). */
+    /* sm_90: the Hopper kernels where they have a row, both modes: dQ by atomics in
+     * default mode, or by the Hopper dQ kernel (deterministic mode, and split rows). */
     if (device->cc_major == 9 && device->cc_minor == 0) {
 #define FA2_BWD_SM90_ROW(d, wg, bm, split)                                      \
-        if (bucket == d && (split || !pr->deterministic)) {                     \
+        if (bucket == d) {                                                      \
             out->bwd_block_n = (int32_t)fa2_bwd_sm90_block_n(wg, split);        \
             out->bwd_block_m = bm;                                              \
             out->bwd_smem_bytes =                                               \
                 fa2_bwd_sm90_smem_bytes(d, out->bwd_block_n, bm, split);        \
-            if (split) {                                                        \
+            if (split || pr->deterministic) {                                   \
                 out->bwd_dq_block_m = FA2_BWD_SM90_DQ_BLOCK_M;                  \
                 out->bwd_dq_block_n = FA2_BWD_SM90_DQ_BLOCK_N;                  \
                 if (fa2_bwd_sm90_dq_smem_bytes(d) > out->bwd_smem_bytes)        \

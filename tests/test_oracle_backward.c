@@ -484,8 +484,8 @@ static void test_tiled_matches_oracle(void **state)
 /* The plan's backward tiles on an H200, per head-dim bucket: what the tiled test runs
  * with; the workspace: D (one float per query row, padded to 256 bytes), then in the
  * default (atomic) mode an fp32 dQ accumulator of head_dim floats per row, except
- * for the Hopper split row (bucket 256 in an sm_90a build: dQ by a kernel of its own,
- * both modes). */
+ * for the Hopper split row (bucket 256 in an sm_90a build: dQ by the Hopper dQ
+ * kernel in both modes). */
 static void test_plan_backward_fields(void **state)
 {
     (void)state;
@@ -505,11 +505,12 @@ static void test_plan_backward_fields(void **state)
             assert_true(plan.bwd_dq_block_m >= 16 && plan.bwd_dq_block_n >= 16);
             assert_true(plan.bwd_smem_bytes > 0 &&
                         plan.bwd_smem_bytes <= info.smem_per_block_optin);
-            /* Hopper rows: buckets 64, 128, 256 (kernels/bwd_sm90_tiles.h); 256 is split. */
+            /* Hopper rows (both modes): buckets 64, 128, 256 (kernels/bwd_sm90_tiles.h);
+             * 256 is split. */
             const int bucket = plan.head_dim_bucket;
             const int hopper = FA2_SM90A_BUILD && (bucket == 64 || bucket == 128 || bucket == 256);
             const int split = hopper && bucket == 256;
-            assert_int_equal(plan.bwd_arch == 90, hopper && (!det || split));
+            assert_int_equal(plan.bwd_arch == 90, hopper);
             assert_int_equal(plan.bwd_workspace_bytes,
                              det || split ? d_bytes : d_bytes + 3 * 8 * 100 * 4 * dims[t]);
         }

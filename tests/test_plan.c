@@ -76,17 +76,18 @@ static const bwd_tile_t bwd_tiles[] = {
  * buffered; not split: one step's dQ in fp32 (block_m rows of 4 d + 16 bytes) and two
  * 8-byte mbarriers; 1 KiB of alignment slack. Not split: only dkdv is used (ds = dq =
  * 0) and the plan keeps the mma.sync row's dq_block_m/n (unused in default mode).
- * Split: the dQ kernel, 128 query rows x 64 keys, Q and dO (128 rows), K double
- * buffered and V (64 rows), 1 KiB of slack; bwd_smem_bytes is the larger kernel's. */
+ * The Hopper dQ kernel (deterministic mode, and split rows in both modes): 128 query
+ * rows x 64 keys, Q and dO (128 rows), K double buffered and V (64 rows), 1 KiB of
+ * slack; bwd_smem_bytes is then the larger kernel's. */
 #define SM90_BWD_BN(wg, split) ((split) ? 64 : 64 * (wg))
 #define SM90_BWD_SMEM(b, bn, bm, split)                                                  \
     ((2 * (bn) + 4 * (bm)) * (b) * 2 + (bn) * (bm) * ((split) ? 8 : 2) + 4 * (bm) * 4 + \
      ((split) ? 0 : (bm) * (4 * (b) + 16) + 16) + 1024)
 #define SM90_DQ_SMEM(b) ((2 * 128 + 3 * 64) * (b) * 2 + 1024)
-#define SM90_BWD_ROW(b, wg, bm, split, ...)                                      \
-    {b, SM90_BWD_BN(wg, split), bm, (split) ? 128 : 0, (split) ? 64 : 0, 90,    \
-     SM90_BWD_SMEM(b, SM90_BWD_BN(wg, split), bm, split), 0,                     \
-     (split) ? SM90_DQ_SMEM(b) : 0, split},
+#define SM90_BWD_ROW(b, wg, bm, split, ...)                                   \
+    {b, SM90_BWD_BN(wg, split), bm, 128, 64, 90,                             \
+     SM90_BWD_SMEM(b, SM90_BWD_BN(wg, split), bm, split), 0, SM90_DQ_SMEM(b), \
+     split},
 static const bwd_tile_t bwd_sm90_tiles[] = {
 #define X(...) SM90_BWD_ROW(__VA_ARGS__, 0, 0)
     FA2_BWD_SM90_TILES(X)
@@ -158,8 +159,8 @@ static const bwd_tile_t *bwd_tile_of(int64_t bucket)
 
 /* The backward tiles fa2_plan must pick for `bucket` on device `d` in the given mode:
  * the Hopper row on sm_90 when the library has sm_90a code and the table has the
- * bucket, in default mode or (split rows) either mode; else the mma.sync row. 0 if no
- * row at all. */
+ * bucket (with the Hopper dQ kernel's tiles in deterministic mode and for split rows),
+ * else the mma.sync row. 0 if no row at all. */
 static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int deterministic,
                         bwd_tile_t *out)
 {
@@ -170,8 +171,7 @@ static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int determin
 #if defined(FA2_WITH_SM90A)
     if (d->cc_major == 9 && d->cc_minor == 0)
         for (size_t i = 0; i < NBWD90; i++)
-            if (bwd_sm90_tiles[i].bucket == bucket &&
-                (!deterministic || bwd_sm90_tiles[i].split)) {
+            if (bwd_sm90_tiles[i].bucket == bucket) {
                 const bwd_tile_t *h = &bwd_sm90_tiles[i];
                 out->block_n = h->block_n;
                 out->block_m = h->block_m;
@@ -180,7 +180,7 @@ static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int determin
                 out->ds = 0;
                 out->dq = h->dq;
                 out->split = h->split;
-                if (h->split) {
+                if (h->split || deterministic) {
                     out->dq_block_m = h->dq_block_m;
                     out->dq_block_n = h->dq_block_n;
                 }
@@ -195,7 +195,7 @@ static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int determin
 /* bwd_smem_bytes for tile `t` in the given mode. */
 static int64_t bwd_smem_of(const bwd_tile_t *t, int deterministic)
 {
-    if (deterministic || t->split)
+    if (deterministic || t->split) /* a dQ kernel runs */
         return t->dkdv > t->dq ? t->dkdv : t->dq;
     return t->dkdv + t->ds;
 }
@@ -470,14 +470,11 @@ static void test_kernel_family(void **state)
         d.cc_major = ccs[ci][0];
         d.cc_minor = ccs[ci][1];
         for (size_t i = 0; i < sizeof buckets / sizeof buckets[0]; i++) {
-            int in_fwd90 = 0, in_bwd90 = 0, split90 = 0;
+            int in_fwd90 = 0, in_bwd90 = 0;
             for (size_t j = 0; j < NSM90; j++)
                 in_fwd90 |= sm90_tiles[j].bucket == buckets[i];
             for (size_t j = 0; j < NBWD90; j++)
-                if (bwd_sm90_tiles[j].bucket == buckets[i]) {
-                    in_bwd90 = 1;
-                    split90 = (int)bwd_sm90_tiles[j].split;
-                }
+                in_bwd90 |= bwd_sm90_tiles[j].bucket == buckets[i];
 #if !defined(FA2_WITH_SM90A)
             in_fwd90 = in_bwd90 = 0; /* no sm_90a code: mma.sync everywhere */
 #endif
@@ -488,7 +485,7 @@ static void test_kernel_family(void **state)
                 p.deterministic = det;
                 assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
                 assert_int_equal(pl.fwd_arch, hopper && in_fwd90 ? 90 : 80);
-                assert_int_equal(pl.bwd_arch, hopper && in_bwd90 && (!det || split90) ? 90 : 80);
+                assert_int_equal(pl.bwd_arch, hopper && in_bwd90 ? 90 : 80);
                 if (pl.bwd_arch == 80) {
                     const bwd_tile_t *t = bwd_tile_of(buckets[i]);
                     assert_int_equal(pl.bwd_block_n, t->block_n);
@@ -512,17 +509,10 @@ static void test_kernel_family(void **state)
         }
     }
 #if defined(FA2_WITH_SM90A)
-    /* The H200 runs the Hopper kernels for every bucket of their tables (both modes for
-     * the forward, default mode for the backward and deterministic mode for its split
-     * rows): the checks above are not vacuous. */
-    {
-        int split_rows = 0;
-        for (size_t j = 0; j < NBWD90; j++)
-            split_rows += (int)bwd_sm90_tiles[j].split;
-        assert_int_equal(fwd90, 2 * (int)NSM90);
-        assert_int_equal(bwd90, (int)NBWD90 + split_rows);
-        assert_true(split_rows > 0);
-    }
+    /* The H200 runs the Hopper kernels for every bucket of their tables, both modes:
+     * the checks above are not vacuous. */
+    assert_int_equal(fwd90, 2 * (int)NSM90);
+    assert_int_equal(bwd90, 2 * (int)NBWD90);
     assert_true(NSM90 > 0 && NBWD90 > 0);
 #else
     assert_int_equal(fwd90, 0);

@@ -655,7 +655,8 @@ int main(int argc, char **argv)
                opt.deterministic
                    ? "deterministic (problem.deterministic = 1: dQ by its own kernel, "
                      "no atomics)"
-                   : "non-deterministic (problem.deterministic = 0: dQ by fp32 atomics)");
+                   : "default mode (problem.deterministic = 0: dQ by fp32 atomics, except "
+                     "head dims above 192 on sm_90 (plan.bwd_arch 90): a dQ kernel there)");
     else
         printf("backward: skipped (--no-backward)\n\n");
     printf("%7s %5s %6s %5s %5s | %9s %8s | %9s %8s | %8s | %9s %8s | %8s | %9s\n",
@@ -711,8 +712,9 @@ int main(int argc, char **argv)
                "batch*heads*seqlen_q*head_dim), never with seqlen_q*seqlen_k\n");
     else
         printf("bwd workspace (plan.bwd_workspace_bytes): fp32 D (batch*heads*seqlen_q) + "
-               "fp32 dQ accumulator (batch*heads*seqlen_q*head_dim); grows with "
-               "batch*heads*seqlen_q*head_dim, never with seqlen_q*seqlen_k\n");
+               "fp32 dQ accumulator (batch*heads*seqlen_q*head_dim) where dQ goes by "
+               "atomics; grows with batch*heads*seqlen_q*head_dim, never with "
+               "seqlen_q*seqlen_k\n");
     int checked = 0, mismatched = 0, worst = -1;
     for (int i = 0; i < n_results; ++i) {
         const result_t *r = &results[i];

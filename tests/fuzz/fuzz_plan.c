@@ -158,6 +158,10 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
+    /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
+     * split rows in both modes */
+    const int dq_kernel = q->deterministic ||
+                          (pl->bwd_arch == 90 && fa2_bwd_sm90_split(pl->head_dim_bucket));
     /* at least D = rowsum(dO * O), fp32 per query row (plus scratch the kernels may add) */
     CHECK(pl->bwd_workspace_bytes >= 0);
     if (pl->bwd_supported) {
@@ -167,8 +171,14 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(pl->bwd_dq_block_m > 0 && pl->bwd_dq_block_m % 16 == 0);
         CHECK(pl->bwd_dq_block_n > 0 && pl->bwd_dq_block_n % 16 == 0);
         CHECK(pl->bwd_smem_bytes > 0 && pl->bwd_smem_bytes <= dev->smem_per_block_optin);
-        CHECK(!q->deterministic ||
+        CHECK(!dq_kernel ||
               ceil_div(q->seqlen_q, pl->bwd_dq_block_m) * q->heads_q * q->batch <= INT32_MAX);
+        /* D, padded to 256 bytes, then the fp32 dQ accumulator when dQ goes by atomics */
+        {
+            const int64_t d_bytes = q->batch * q->heads_q * q->seqlen_q * 4;
+            CHECK(pl->bwd_workspace_bytes ==
+                  (d_bytes + 255) / 256 * 256 + (dq_kernel ? 0 : d_bytes * q->head_dim));
+        }
         CHECK(ceil_div(q->seqlen_k, pl->bwd_block_n) * q->heads_kv * q->batch <= INT32_MAX);
     }
     /* !bwd_supported: fa2_backward must refuse the plan (fuzz_backward checks it) */
@@ -179,11 +189,10 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(pl->fwd_arch == 80 || pl->fwd_arch == 90);
         CHECK(pl->bwd_arch == 80 || pl->bwd_arch == 90);
         CHECK(pl->fwd_arch == 80 || hopper);
-        CHECK(pl->bwd_arch == 80 || (hopper && !q->deterministic));
+        CHECK(pl->bwd_arch == 80 || hopper);
 #if defined(FA2_WITH_SM90A)
         CHECK((pl->fwd_arch == 90) == (hopper && in_fwd_sm90_table(pl->head_dim_bucket)));
-        CHECK((pl->bwd_arch == 90) ==
-              (hopper && !q->deterministic && in_bwd_sm90_table(pl->head_dim_bucket)));
+        CHECK((pl->bwd_arch == 90) == (hopper && in_bwd_sm90_table(pl->head_dim_bucket)));
 #else
         CHECK(pl->fwd_arch == 80 && pl->bwd_arch == 80);
         (void)in_fwd_sm90_table;

@@ -31,6 +31,8 @@ struct DqSm90Traits {
 
     static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "whole panels; wgmma n");
     static_assert(kBlockM == 128 && kBlockN % 16 == 0, "a warpgroup per 64 rows; k16 steps");
+    static_assert(kSmemBytes == fa2_bwd_sm90_dq_smem_bytes(kHeadDim),
+                  "the planner's shared-memory formula (bwd_sm90_tiles.h)");
 };
 
 template <typename Tr>

@@ -68,6 +68,8 @@ struct BwdSm90Traits {
     static_assert(kBlockM <= 256 && kBlockM % 64 == 0, "wgmma n; dSᵀ in whole panels");
     static_assert(kDqCols % 16 == 0, "wgmma n");
     static_assert(kMathRegs * kMathThreads + kWriterRegs * 128 <= 65536, "register file");
+    static_assert(kSmemBytes == fa2_bwd_sm90_smem_bytes(kHeadDim, kBlockN, kBlockM, 0),
+                  "the planner's shared-memory formula (bwd_sm90_tiles.h)");
 };
 
 // The dQ writer warpgroup's loop (wtid: 0..127): per step, waits until the math

@@ -35,6 +35,8 @@ struct BwdSm90SplitTraits {
         2 * kKVBytes + 4 * kQBytes + 2 * kTileBytes + kXchgBytes + kStatsBytes + 1024;
 
     static_assert(kHalf % 64 == 0 && kHalf <= 256, "whole panels; wgmma n");
+    static_assert(kSmemBytes == fa2_bwd_sm90_smem_bytes(kHeadDim, kBlockN, kBlockM, 1),
+                  "the planner's shared-memory formula (bwd_sm90_tiles.h)");
 };
 
 template <typename Tr>

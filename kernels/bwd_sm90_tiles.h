@@ -28,6 +28,14 @@
 #endif
 
 #define FA2_APPLY_SM90_BWD_TILE(X, tile) X tile
+
+/* constexpr where C++ reads the formulas below, so the kernels' traits can check
+ * their shared-memory sizes against the planner's. */
+#if defined(__cplusplus)
+#define FA2_SM90_CONSTEXPR constexpr
+#else
+#define FA2_SM90_CONSTEXPR
+#endif
 /* X(head_dim_bucket, warpgroups, block_m, split) */
 #define FA2_BWD_SM90_TILES(X)                          \
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64)  \
@@ -51,13 +59,13 @@ static inline int fa2_bwd_sm90_split(int64_t head_dim_bucket)
  * 1024-byte alignment. */
 #define FA2_BWD_SM90_DQ_BLOCK_M 128
 #define FA2_BWD_SM90_DQ_BLOCK_N 64
-static inline int64_t fa2_bwd_sm90_dq_smem_bytes(int64_t head_dim_bucket)
+static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_dq_smem_bytes(int64_t head_dim_bucket)
 {
     return (2 * FA2_BWD_SM90_DQ_BLOCK_M + 3 * FA2_BWD_SM90_DQ_BLOCK_N) * head_dim_bucket * 2 + 1024;
 }
 
 /* Keys per thread block. */
-static inline int64_t fa2_bwd_sm90_block_n(int64_t warpgroups, int64_t split)
+static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_block_n(int64_t warpgroups, int64_t split)
 {
     return split ? 64 : 64 * warpgroups;
 }
@@ -66,7 +74,7 @@ static inline int64_t fa2_bwd_sm90_block_n(int64_t warpgroups, int64_t split)
  * (block_n × block_m; split: also Pᵀ, and P in fp32), LSE and D double buffered; not
  * split: a step's dQ staged in fp32 for the dQ writer warpgroup (block_m rows of d
  * floats + 16 bytes) and its two mbarriers; 1 KiB for 1024-byte alignment. */
-static inline int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t block_n,
+static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t block_n,
                                               int64_t block_m, int64_t split)
 {
     return (2 * block_n + 4 * block_m) * head_dim_bucket * 2 +

@@ -1,9 +1,10 @@
-// The Hopper dQ kernel (sm_90a) for large head dims: one thread block = 128 query rows
-// of one (batch, head), a warpgroup per 64 rows, visiting the key blocks the rows see.
-// Per block of 64 keys: S = Q Kᵀ and dP = dO Vᵀ (operands in shared memory),
-// P = exp(scale·S − LSE), dS = P ∘ (dP − D) in registers, then dQ += dS K with dS as
-// the register A operand. dQ stays in registers and is written once, so dQ needs no
-// atomics and no fp32 accumulator; the split dK/dV kernel runs without its dQ part.
+// The Hopper dQ kernel (sm_90a) of the dQ-kernel route (d = 256 in both modes, every
+// Hopper head dim in deterministic mode; the dK/dV kernel then runs without its dQ
+// part): one thread block = 128 query rows of one (batch, head), a warpgroup per 64
+// rows, visiting the key blocks the rows see. Per block of 64 keys: S = Q Kᵀ and
+// dP = dO Vᵀ (operands in shared memory), P = exp(scale·S − LSE), dS = P ∘ (dP − D) in
+// registers, then dQ += dS K with dS as the register A operand. dQ stays in registers
+// and is written once: no atomics, no fp32 accumulator, bit-identical run to run.
 // K is double buffered; V single, reloaded once both warpgroups are done with dP.
 #pragma once
 

@@ -28,6 +28,11 @@
 #endif
 
 #define FA2_APPLY_SM90_BWD_TILE(X, tile) X tile
+/* X(head_dim_bucket, warpgroups, block_m, split) */
+#define FA2_BWD_SM90_TILES(X)                          \
+    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64)  \
+    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128) \
+    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256)
 
 /* constexpr where C++ reads the formulas below, so the kernels' traits can check
  * their shared-memory sizes against the planner's. */
@@ -36,11 +41,6 @@
 #else
 #define FA2_SM90_CONSTEXPR
 #endif
-/* X(head_dim_bucket, warpgroups, block_m, split) */
-#define FA2_BWD_SM90_TILES(X)                          \
-    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64)  \
-    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128) \
-    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256)
 
 /* 1 when the bucket's row is split (0 when it has none). Split rows compute dQ in the
  * Hopper dQ kernel, without atomics, in both modes. */
@@ -74,8 +74,9 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_block_n(int64_t warpgroups
  * (block_n × block_m; split: also Pᵀ, and P in fp32), LSE and D double buffered; not
  * split: a step's dQ staged in fp32 for the dQ writer warpgroup (block_m rows of d
  * floats + 16 bytes) and its two mbarriers; 1 KiB for 1024-byte alignment. */
-static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t block_n,
-                                              int64_t block_m, int64_t split)
+static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket,
+                                                                 int64_t block_n, int64_t block_m,
+                                                                 int64_t split)
 {
     return (2 * block_n + 4 * block_m) * head_dim_bucket * 2 +
            block_n * block_m * (split ? 8 : 2) + 4 * block_m * 4 +

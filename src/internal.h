@@ -58,11 +58,11 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,
 /* FA2_SUCCESS, or FA2_ERROR_MISALIGNED naming `name` when ptr % align != 0. */
 fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align);
 
-/* The forward kernel parameters of a validated plan and its tensors. */
 /* 1 when the backward of a plan sums dQ with fp32 atomics in the workspace's
  * accumulator: default mode, except Hopper split rows (their dQ kernel needs none). */
 int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket);
 
+/* The forward kernel parameters of a validated plan and its tensors. */
 struct fa2_fwd_params_t;
 void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,
                          void *o, float *lse, struct fa2_fwd_params_t *p);

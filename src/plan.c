@@ -33,9 +33,6 @@ static int32_t pick_rule(int64_t seed, int64_t uncapped, int64_t kernel)
     return FA2_RULE_SEED_SRAM;
 }
 
-/* The backward's tiles for `bucket`, its shared memory and workspace. When the
- * backward cannot run, bwd_supported = 0 and bwd_status says why (fa2_backward
- * returns it). */
 int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket)
 {
     if (deterministic)
@@ -50,11 +47,15 @@ int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket)
     return 1;
 }
 
+/* The backward's tiles for `bucket`, its shared memory and workspace. When the
+ * backward cannot run, bwd_supported = 0 and bwd_status says why (fa2_backward
+ * returns it). */
 static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *device,
                           int64_t bucket, fa2_plan_t *out)
 {
     const int64_t cols = fa2_fwd_smem_cols(bucket);
     int64_t dkdv = 0, ds = 0, dq = 0, grid, slices = 1, accum = 0, d_bytes;
+    int atomics;
 #define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw)                 \
     if (bucket == d) {                                              \
         out->bwd_block_n = bn;                                      \
@@ -102,12 +103,13 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     }
 #endif
     out->bwd_status = FA2_SUCCESS;
+    atomics = fa2_bwd_dq_by_atomics(pr->deterministic, out->bwd_arch, bucket);
 
     /* D: batch * heads_q * seqlen_q floats (validation bounds it), padded to 256 bytes;
      * then the dQ accumulator, head_dim floats per row, when dQ is summed by atomics. */
     d_bytes = pr->batch * pr->heads_q * pr->seqlen_q * 4;
     if (!fa2_add_i64(d_bytes, (256 - d_bytes % 256) % 256, &out->bwd_workspace_bytes) ||
-        (fa2_bwd_dq_by_atomics(pr->deterministic, out->bwd_arch, bucket) &&
+        (atomics &&
          (!fa2_mul_i64(d_bytes, pr->head_dim, &accum) ||
           !fa2_add_i64(out->bwd_workspace_bytes, accum, &out->bwd_workspace_bytes)))) {
         out->bwd_workspace_bytes = 0;
@@ -115,8 +117,7 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     }
     /* Grids: int64 products of int32-bounded sizes over block sizes >= 16. */
     grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
-    if (!fa2_bwd_dq_by_atomics(pr->deterministic, out->bwd_arch, bucket) &&
-        ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
+    if (!atomics && ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
         grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
     if (grid > INT32_MAX)
         out->bwd_status = FA2_ERROR_INVALID_SIZE;

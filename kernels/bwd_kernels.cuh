@@ -41,50 +41,80 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b)
 
 constexpr int kDotWarps = 8;
 
-// D[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]; one warp per row, a 16-byte
-// chunk per lane (head_dim <= 256 = 32 chunks). In atomic mode also zeroes the row's
-// dQ accumulator.
+// The row kernels (dot_do_o, dq_convert) give each query row the fewest lanes that
+// cover it in 8-element chunks (a power of two: 8 lanes at d = 64), so a warp handles
+// 32 / lanes rows and every lane moves 16 bytes of each 16-bit tensor.
+__host__ __device__ constexpr int row_lanes(int head_dim)
+{
+    return head_dim > 128 ? 32 : head_dim > 64 ? 16 : head_dim > 32 ? 8 : head_dim > 16 ? 4
+                                                                        : head_dim > 8 ? 2 : 1;
+}
+
+// Thread blocks (of 32 * kDotWarps threads) of a row kernel over `rows` rows.
+inline int64_t row_kernel_blocks(int64_t rows, int head_dim)
+{
+    const int64_t per_block = kDotWarps * (32 / row_lanes(head_dim));
+    return (rows + per_block - 1) / per_block;
+}
+
+// This thread's row of a row kernel (possibly past the last) and its first column.
+struct RowLane {
+    int64_t row;
+    int col;
+};
+
+__device__ __forceinline__ RowLane row_lane(int head_dim)
+{
+    const int lanes = row_lanes(head_dim);
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    return RowLane{t / lanes, static_cast<int>(t % lanes) * 8};
+}
+
+// D[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c] in fp32, row_lanes(d) lanes per
+// row. In atomic mode also zeroes the row's dQ accumulator.
 template <typename Elem>
 __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_params_t p)
 {
     const fa2_fwd_params_t &f = p.fwd;
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * kDotWarps + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
+    const int lanes = row_lanes(f.head_dim);
+    const RowLane rl = row_lane(f.head_dim);
     const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    if (row >= rows) return;
-    const int i = static_cast<int>(row % f.seqlen_q);
-    const int head = static_cast<int>((row / f.seqlen_q) % f.heads_q);
-    const int batch = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
-    const int64_t offset = batch * f.o_batch_stride + head * f.o_head_stride + i * f.o_seq_stride;
+    const int64_t warp_row0 = rl.row - (threadIdx.x % 32) / lanes;
+    if (warp_row0 >= rows) return;  // whole warps only: the sum below shuffles
+    const bool live = rl.row < rows && rl.col < f.head_dim;
     float s = 0.f;
-    if (p.dq_accum && lane * 8 < f.head_dim) {
-        float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + row * f.head_dim + lane * 8);
-        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    if (lane * 8 < f.head_dim) {
-        const uint4 o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(f.o) + offset + lane * 8);
-        const uint4 d_o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(p.d_o) + offset + lane * 8);
+    if (live) {
+        const int i = static_cast<int>(rl.row % f.seqlen_q);
+        const int head = static_cast<int>((rl.row / f.seqlen_q) % f.heads_q);
+        const int batch = static_cast<int>(rl.row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+        const int64_t offset = batch * f.o_batch_stride + head * f.o_head_stride +
+                               i * f.o_seq_stride + rl.col;
+        const uint4 o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(f.o) + offset);
+        const uint4 d_o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(p.d_o) + offset);
+        if (p.dq_accum) {
+            float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
+            acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+            acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
         s = dot8<Elem>(o, d_o);
     }
-#pragma unroll
-    for (int m = 16; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
-    if (lane == 0) p.d_sum[row] = s;
+    for (int m = lanes / 2; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
+    if (live && rl.col == 0) p.d_sum[rl.row] = s;
 }
 
-// dQ = scale · dq_accum, to the element type and Q's strides; one warp per row.
+// dQ = scale · dq_accum, to the element type and Q's strides; row_lanes(d) lanes per
+// row.
 template <typename Elem>
 __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bwd_params_t p)
 {
     const fa2_fwd_params_t &f = p.fwd;
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * kDotWarps + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q || lane * 8 >= f.head_dim)
+    const RowLane rl = row_lane(f.head_dim);
+    if (rl.row >= static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q || rl.col >= f.head_dim)
         return;
-    const int i = static_cast<int>(row % f.seqlen_q);
-    const int head = static_cast<int>((row / f.seqlen_q) % f.heads_q);
-    const int batch = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
-    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + row * f.head_dim + lane * 8);
+    const int i = static_cast<int>(rl.row % f.seqlen_q);
+    const int head = static_cast<int>((rl.row / f.seqlen_q) % f.heads_q);
+    const int batch = static_cast<int>(rl.row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
     const float4 a = acc[0], b = acc[1];
     const float s = f.softmax_scale;
     uint4 out;
@@ -93,7 +123,7 @@ __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bw
     out.z = pack2<Elem>(b.x * s, b.y * s);
     out.w = pack2<Elem>(b.z * s, b.w * s);
     *reinterpret_cast<uint4 *>(static_cast<Elem *>(p.dq) + batch * f.q_batch_stride +
-                               head * f.q_head_stride + i * f.q_seq_stride + lane * 8) = out;
+                               head * f.q_head_stride + i * f.q_seq_stride + rl.col) = out;
 }
 
 // kAtomicDq: also adds dS K into p.dq_accum with fp32 atomics (the dq kernel is then

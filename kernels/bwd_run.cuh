@@ -17,7 +17,7 @@ cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)
     using Tr = BwdTraits<Elem, kHeadDim>;
     const fa2_fwd_params_t &f = p.fwd;
     const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    cudaError_t err = launch(dot_do_o_kernel<Elem>, (rows + kDotWarps - 1) / kDotWarps,
+    cudaError_t err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
                              32 * kDotWarps, 0, stream, p);
     if (err != cudaSuccess) return err;
 
@@ -28,7 +28,7 @@ cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)
         err = launch(dkdv_kernel<Tr, true>, dkdv_grid, Tr::kThreads, Tr::kAtomicSmemBytes,
                      stream, p);
         if (err != cudaSuccess) return err;
-        return launch(dq_convert_kernel<Elem>, (rows + kDotWarps - 1) / kDotWarps,
+        return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
                       32 * kDotWarps, 0, stream, p);
     }
     err = launch(dkdv_kernel<Tr, false>, dkdv_grid, Tr::kThreads, Tr::kDkdvSmemBytes, stream, p);

@@ -22,7 +22,7 @@ cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream)
     const bool atomic = p.dq_accum != nullptr;
     if (kSplit && atomic) return cudaErrorInvalidValue;  // the plan gives split rows none
     const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    cudaError_t err = launch(dot_do_o_kernel<Elem>, (rows + kDotWarps - 1) / kDotWarps,
+    cudaError_t err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
                              32 * kDotWarps, 0, stream, p);
     if (err != cudaSuccess) return err;
     if constexpr (kSplit) {
@@ -40,7 +40,7 @@ cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream)
     }
     if (err != cudaSuccess) return err;
     if (atomic)
-        return launch(dq_convert_kernel<Elem>, (rows + kDotWarps - 1) / kDotWarps,
+        return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
                       32 * kDotWarps, 0, stream, p);
     using Dq = DqSm90Traits<Elem, kHeadDim>;
     const int64_t m_blocks = (f.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM;

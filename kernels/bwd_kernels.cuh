@@ -16,6 +16,7 @@
 #include "bwd_block.cuh"
 #include "bwd_params.h"
 #include "bwd_traits.cuh"
+#include "exp_scores.cuh"
 #include "fwd_mask.cuh"
 #include "ptx.cuh"
 #include "warp_gemm.cuh"
@@ -218,17 +219,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
 #pragma unroll
-            for (int m = 0; m < kM; ++m)
-#pragma unroll
-                for (int n = 0; n < kN; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                        const float x = exp2_approx(fmaf(pt[m][n][e], f.scale_log2, -lse[col] * kLog2e));
-                        const int key = key_first + warp * kM * 16 + m * 16 + (lane >> 2) + 8 * (e >> 1);
-                        pt[m][n][e] = masked && !(row0 + col < f.seqlen_q && win.visible(row0 + col, key))
-                                          ? 0.f : x;
-                    }
+            for (int m = 0; m < kM; ++m) {
+                const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
+                exp_scores(
+                    pt[m], f.scale_log2, masked,
+                    [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
+                    [&](int n, int e) {
+                        const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
+                        return row < f.seqlen_q && win.visible(row, key_row + 8 * (e >> 1));
+                    });
+            }
 
             // dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ.
             float ds[kM][kN][4];
@@ -360,15 +360,12 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
 #pragma unroll
             for (int m = 0; m < kM; ++m)
-#pragma unroll
-                for (int n = 0; n < kN; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float x = exp2_approx(fmaf(pr[m][n][e], f.scale_log2, -lse_log2[m][e >> 1]));
-                        const int row = warp_row0 + m * 16 + (lane >> 2) + 8 * (e >> 1);
-                        const int key = key0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                        pr[m][n][e] = masked && !win.visible(row, key) ? 0.f : x;
-                    }
+                exp_scores(
+                    pr[m], f.scale_log2, masked, [&](int, int e) { return -lse_log2[m][e >> 1]; },
+                    [&, w = win](int n, int e) {  // (a structured binding is not captured in C++17)
+                        return w.visible(warp_row0 + m * 16 + (lane >> 2) + 8 * (e >> 1),
+                                         key0 + n * 8 + 2 * (lane & 3) + (e & 1));
+                    });
 
             float ds[kM][kN][4];
             zero(ds);

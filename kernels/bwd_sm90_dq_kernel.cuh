@@ -13,6 +13,7 @@
 
 #include "bwd_kernels.cuh"
 #include "bwd_sm90_tiles.h"
+#include "exp_scores.cuh"
 #include "fwd_mask.cuh"
 #include "wgmma.cuh"
 
@@ -121,15 +122,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
             reg_fence(s);
 
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kBlockN - 1);
-#pragma unroll
-            for (int n = 0; n < kN; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float x = exp2_approx(fmaf(s[n][e], f.scale_log2, -lse_log2[e >> 1]));
-                    const int row = warp_row0 + (lane >> 2) + 8 * (e >> 1);
-                    const int key = key0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                    s[n][e] = masked && !win.visible(row, key) ? 0.f : x;
-                }
+            exp_scores(
+                s, f.scale_log2, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
+                [&, w = win](int n, int e) {  // (a structured binding is not captured in C++17)
+                    return w.visible(warp_row0 + (lane >> 2) + 8 * (e >> 1),
+                                     key0 + n * 8 + 2 * (lane & 3) + (e & 1));
+                });
 
             wgmma_wait<0>();
             reg_fence(dp);

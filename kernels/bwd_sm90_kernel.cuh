@@ -20,6 +20,7 @@
 #include "bwd_block.cuh"
 #include "bwd_kernels.cuh"
 #include "bwd_sm90_tiles.h"
+#include "exp_scores.cuh"
 #include "wgmma.cuh"
 
 namespace fa2 {
@@ -242,16 +243,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
             const int key_row = key_first + warp * 16 + (lane >> 2);
-#pragma unroll
-            for (int n = 0; n < kN; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                    const float x = exp2_approx(fmaf(st[n][e], f.scale_log2, -lse[col] * kLog2e));
-                    const int key = key_row + 8 * (e >> 1);
-                    st[n][e] = masked && !(row0 + col < f.seqlen_q && win.visible(row0 + col, key))
-                                   ? 0.f : x;
-                }
+            exp_scores(
+                st, f.scale_log2, masked,
+                [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
+                [&](int n, int e) {
+                    const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
+                    return row < f.seqlen_q && win.visible(row, key_row + 8 * (e >> 1));
+                });
             wgmma_wait<0>();
             reg_fence(dpt);
 #pragma unroll

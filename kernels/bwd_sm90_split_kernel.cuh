@@ -134,18 +134,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                 const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
                                     win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                          key_last);
+                exp_scores(
+                    acc, f.scale_log2, masked,
+                    [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
+                    [&](int n, int e) {
+                        const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
+                        return row < f.seqlen_q && win.visible(row, key_row + 8 * (e >> 1));
+                    });
 #pragma unroll
-                for (int n = 0; n < kN; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                        const float x = exp2_approx(fmaf(acc[n][e], f.scale_log2, -lse[col] * kLog2e));
-                        const int key = key_row + 8 * (e >> 1);
-                        acc[n][e] = masked && !(row0 + col < f.seqlen_q && win.visible(row0 + col, key))
-                                        ? 0.f : x;
-                    }
+                for (int n = 0; n < kN; ++n)
                     xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
-                }
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(frag[kk], acc, kk);
                 store_tile(pt_smem, frag);

@@ -34,10 +34,13 @@ struct KeyWindow {
                (window_left >= 0 && key_first < row_last + offset - window_left);
     }
 
+    // Bitwise, not short-circuit: the compiler branched per element on `&&` and `||`
+    // here, in loops over a whole fragment.
     __device__ __forceinline__ bool visible(int row, int key) const
     {
-        return key < seqlen_k && (window_right < 0 || key <= row + offset + window_right) &&
-               (window_left < 0 || key >= row + offset - window_left);
+        const int diag = row + offset;
+        return (key < seqlen_k) & ((window_right < 0) | (key <= diag + window_right)) &
+               ((window_left < 0) | (key >= diag - window_left));
     }
 };
 

@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
                     [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
                     [&](int n, int e) {
                         const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                        return (row < f.seqlen_q) & win.visible(row, key_row + 8 * (e >> 1));
+                        return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
                     });
             }
 
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
                 exp_scores(
                     pr[m], f.scale_log2, masked, [&](int, int e) { return -lse_log2[m][e >> 1]; },
                     [&, w = win](int n, int e) {  // (a structured binding is not captured in C++17)
-                        return w.visible(warp_row0 + m * 16 + (lane >> 2) + 8 * (e >> 1),
+                        return w.visible_flat(warp_row0 + m * 16 + (lane >> 2) + 8 * (e >> 1),
                                          key0 + n * 8 + 2 * (lane & 3) + (e & 1));
                     });
 

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
             exp_scores(
                 s, f.scale_log2, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
                 [&, w = win](int n, int e) {  // (a structured binding is not captured in C++17)
-                    return w.visible(warp_row0 + (lane >> 2) + 8 * (e >> 1),
+                    return w.visible_flat(warp_row0 + (lane >> 2) + 8 * (e >> 1),
                                      key0 + n * 8 + 2 * (lane & 3) + (e & 1));
                 });
 

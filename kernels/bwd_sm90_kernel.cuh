@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
                 [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
                 [&](int n, int e) {
                     const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                    return (row < f.seqlen_q) & win.visible(row, key_row + 8 * (e >> 1));
+                    return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
                 });
             wgmma_wait<0>();
             reg_fence(dpt);

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                     [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
                     [&](int n, int e) {
                         const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                        return (row < f.seqlen_q) & win.visible(row, key_row + 8 * (e >> 1));
+                        return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
                     });
 #pragma unroll
                 for (int n = 0; n < kN; ++n)

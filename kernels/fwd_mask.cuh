@@ -34,9 +34,17 @@ struct KeyWindow {
                (window_left >= 0 && key_first < row_last + offset - window_left);
     }
 
-    // Bitwise, not short-circuit: the compiler branched per element on `&&` and `||`
-    // here, in loops over a whole fragment.
     __device__ __forceinline__ bool visible(int row, int key) const
+    {
+        return key < seqlen_k && (window_right < 0 || key <= row + offset + window_right) &&
+               (window_left < 0 || key >= row + offset - window_left);
+    }
+
+    // visible() without short-circuit evaluation, for the backward's fully unrolled
+    // fragment loops, where `&&` and `||` became a branch per element. The forward keeps
+    // visible(): this form raised its d = 64 kernel from 164 to 214 registers (three
+    // blocks per SM to two; docs/performance.md, "Hopper backward, fourth pass").
+    __device__ __forceinline__ bool visible_flat(int row, int key) const
     {
         const int diag = row + offset;
         return (key < seqlen_k) & ((window_right < 0) | (key <= diag + window_right)) &

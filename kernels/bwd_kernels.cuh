@@ -1,6 +1,6 @@
 // The backward pass (FlashAttention-2 Algorithm 2) as three kernels, none with
 // atomics, so results are bit-identical run to run:
-//   dot_do_o:  D = rowsum(dO ∘ O), fp32, one warp per query row;
+//   dot_do_o:  D = rowsum(dO ∘ O), fp32, row_lanes(d) lanes per query row;
 //   dkdv:      one block per (batch, kv head, key tile, column slice); loops over the
 //              query heads of the GQA group and the query tiles that see the keys,
 //              recomputes Sᵀ = K Qᵀ and Pᵀ = exp(scale·Sᵀ − LSE), dPᵀ = V dOᵀ,

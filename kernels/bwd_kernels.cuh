@@ -23,8 +23,6 @@
 
 namespace fa2 {
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 // Dot product of two vectors of 8 packed 16-bit values, in fp32.
 template <typename Elem>
 __device__ __forceinline__ float dot8(uint4 a, uint4 b)
@@ -221,13 +219,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
 #pragma unroll
             for (int m = 0; m < kM; ++m) {
                 const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
-                exp_scores(
-                    pt[m], f.scale_log2, masked,
-                    [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
-                    [&](int n, int e) {
-                        const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                        return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
-                    });
+                exp_scores_keys_as_rows(pt[m], f, win, lse, masked, row0, key_row, lane);
             }
 
             // dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ.
@@ -360,12 +352,8 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
 #pragma unroll
             for (int m = 0; m < kM; ++m)
-                exp_scores(
-                    pr[m], f.scale_log2, masked, [&](int, int e) { return -lse_log2[m][e >> 1]; },
-                    [&, w = win](int n, int e) {  // (a structured binding is not captured in C++17)
-                        return w.visible_flat(warp_row0 + m * 16 + (lane >> 2) + 8 * (e >> 1),
-                                         key0 + n * 8 + 2 * (lane & 3) + (e & 1));
-                    });
+                exp_scores_queries_as_rows(pr[m], f.scale_log2, win, lse_log2[m], masked,
+                                           warp_row0 + m * 16 + (lane >> 2), key0, lane);
 
             float ds[kM][kN][4];
             zero(ds);

@@ -122,12 +122,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
             reg_fence(s);
 
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kBlockN - 1);
-            exp_scores(
-                s, f.scale_log2, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
-                [&, w = win](int n, int e) {  // (a structured binding is not captured in C++17)
-                    return w.visible_flat(warp_row0 + (lane >> 2) + 8 * (e >> 1),
-                                     key0 + n * 8 + 2 * (lane & 3) + (e & 1));
-                });
+            exp_scores_queries_as_rows(s, f.scale_log2, win, lse_log2, masked,
+                                       warp_row0 + (lane >> 2), key0, lane);
 
             wgmma_wait<0>();
             reg_fence(dp);

@@ -242,14 +242,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
-            const int key_row = key_first + warp * 16 + (lane >> 2);
-            exp_scores(
-                st, f.scale_log2, masked,
-                [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
-                [&](int n, int e) {
-                    const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                    return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
-                });
+            exp_scores_keys_as_rows(st, f, win, lse, masked, row0,
+                                    key_first + warp * 16 + (lane >> 2), lane);
             wgmma_wait<0>();
             reg_fence(dpt);
 #pragma unroll

@@ -134,13 +134,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                 const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
                                     win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                          key_last);
-                exp_scores(
-                    acc, f.scale_log2, masked,
-                    [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
-                    [&](int n, int e) {
-                        const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-                        return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
-                    });
+                exp_scores_keys_as_rows(acc, f, win, lse, masked, row0, key_row, lane);
 #pragma unroll
                 for (int n = 0; n < kN; ++n)
                     xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);

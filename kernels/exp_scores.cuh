@@ -5,9 +5,13 @@
 // exponentials no longer overlapped (docs/performance.md, "Hopper backward, fourth pass").
 #pragma once
 
+#include "fwd_mask.cuh"
+#include "fwd_params.h"
 #include "ptx.cuh"
 
 namespace fa2 {
+
+constexpr float kLog2e = 1.4426950408889634f;
 
 // neg_lse_log2(n, e): c of element (n, e); visible(n, e): whether its key is visible.
 template <int kN, typename NegLseLog2, typename Visible>
@@ -29,6 +33,41 @@ __device__ __forceinline__ void exp_scores(float (&acc)[kN][4], float scale_log2
             for (int e = 0; e < 4; ++e)
                 acc[n][e] = exp2_approx(fmaf(acc[n][e], scale_log2, neg_lse_log2(n, e)));
     }
+}
+
+// Pᵀ for the dK/dV kernels' fragments, keys as rows: element (n, e) has key
+// key_row + 8 (e / 2) and query row0 + 8n + 2 (lane % 4) + e % 2, whose LSE is
+// lse[that query − row0] (shared memory). Queries past seqlen_q count as not visible.
+template <int kN>
+__device__ __forceinline__ void exp_scores_keys_as_rows(float (&acc)[kN][4],
+                                                        const fa2_fwd_params_t &f,
+                                                        const KeyWindow &win, const float *lse,
+                                                        bool masked, int row0, int key_row,
+                                                        int lane)
+{
+    exp_scores(
+        acc, f.scale_log2, masked,
+        [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
+        [&](int n, int e) {
+            const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
+            return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
+        });
+}
+
+// P for the dQ kernels' fragments, queries as rows: element (n, e) has query
+// row + 8 (e / 2), whose −LSE·log2(e) is -lse_log2[e / 2], and key
+// key0 + 8n + 2 (lane % 4) + e % 2.
+template <int kN>
+__device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
+                                                           float scale_log2, KeyWindow win,
+                                                           const float (&lse_log2)[2], bool masked,
+                                                           int row, int key0, int lane)
+{
+    exp_scores(
+        acc, scale_log2, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
+        [&](int n, int e) {
+            return win.visible_flat(row + 8 * (e >> 1), key0 + n * 8 + 2 * (lane & 3) + (e & 1));
+        });
 }
 
 }  // namespace fa2

@@ -63,8 +63,22 @@ typedef enum fa2_status_t {
     FA2_ERROR_SHARED_MEMORY = 13,        /* the tiles do not fit the device's shared memory */
     FA2_ERROR_WORKSPACE = 14,            /* workspace missing or smaller than the plan needs */
     FA2_ERROR_NO_DEVICE = 15,            /* no CUDA device, or the device index is invalid */
-    FA2_ERROR_CUDA = 16                  /* the CUDA runtime reported an error */
+    FA2_ERROR_CUDA = 16,                 /* the CUDA runtime reported an error */
+    FA2_ERROR_OVERLAP = 17,              /* an output overlaps an input, another output,
+                                            or itself (a layout with repeated addresses) */
+    FA2_ERROR_BAD_PLAN = 18,             /* the plan was changed after fa2_plan made it */
+    FA2_ERROR_DEVICE_MISMATCH = 19,      /* the current device is not the kind the plan
+                                            was made for */
+    FA2_ERROR_RESERVED = 20              /* a reserved field is not zero */
 } fa2_status_t;
+
+/* Limits that fa2_plan enforces (every accepted value runs correctly; see
+ * docs/reliability.md). Sequence lengths are bounded so that every row and key index,
+ * offset and window sum of the kernels fits in 32 bits. The softmax scale is bounded so
+ * that scale * log2(e) * Q.K of fp16 inputs (|Q.K| <= 65504^2 * 256) stays finite. */
+#define FA2_MAX_SEQLEN 1073741824         /* 2^30: seqlen_q, seqlen_k */
+#define FA2_MAX_WINDOW 2147483647         /* window_left, window_right */
+#define FA2_MAX_SOFTMAX_SCALE 65536.0f    /* softmax_scale */
 
 typedef enum fa2_dtype_t {
     FA2_DTYPE_FP16 = 1, /* IEEE binary16 */
@@ -111,6 +125,11 @@ FA2_API fa2_status_t fa2_device_info_query(int device, fa2_device_info_t *info);
  * head_dim], O like Q, all of `dtype`; LSE float32, contiguous [batch, heads_q,
  * seqlen_q]. Strides are in elements and free (BSHD, BHSD or any other order); the
  * head_dim stride is 1. Strides must be non-negative multiples of 8 (16-byte rows).
+ * Inputs may repeat rows (a zero stride broadcasts Q, K or V); O may not: O's strides
+ * must give every element its own address (else FA2_ERROR_OVERLAP). The backward
+ * writes dQ with Q's strides and dK, dV with K's and V's, so it needs the same of
+ * them (plan->bwd_status says so when they repeat; sum a broadcast yourself).
+ * Reserved fields must be zero (FA2_ERROR_RESERVED).
  *
  * Masking: query row i may attend to key column j when
  *     j >= i + (seqlen_k - seqlen_q) - window_left   (if window_left  >= 0)
@@ -125,14 +144,14 @@ typedef struct fa2_problem_t {
     fa2_dtype_t dtype;
     int32_t causal;          /* 0 or 1 */
     int64_t batch;           /* >= 1 */
-    int64_t seqlen_q;        /* >= 1, <= 2^31-1 */
-    int64_t seqlen_k;        /* >= 0, <= 2^31-1 */
+    int64_t seqlen_q;        /* >= 1, <= FA2_MAX_SEQLEN */
+    int64_t seqlen_k;        /* >= 0, <= FA2_MAX_SEQLEN */
     int64_t heads_q;         /* >= 1 */
     int64_t heads_kv;        /* >= 1, divides heads_q (MQA/GQA) */
     int64_t head_dim;        /* multiple of 8 in [8, 256] */
-    int64_t window_left;     /* -1 = unbounded */
-    int64_t window_right;    /* -1 = unbounded */
-    float softmax_scale;     /* 0 = 1/sqrt(head_dim); else > 0 and finite */
+    int64_t window_left;     /* -1 = unbounded, else <= FA2_MAX_WINDOW */
+    int64_t window_right;    /* -1 = unbounded, else <= FA2_MAX_WINDOW */
+    float softmax_scale;     /* 0 = 1/sqrt(head_dim); else in (0, FA2_MAX_SOFTMAX_SCALE] */
     int32_t reserved0;       /* zero */
     /* strides in elements: batch, sequence, head (head_dim stride is 1) */
     int64_t q_batch_stride, q_seq_stride, q_head_stride;
@@ -188,13 +207,16 @@ typedef struct fa2_plan_t {
     int32_t bwd_status;          /* FA2_SUCCESS, or what fa2_backward will return for this
                                     plan: FA2_ERROR_SHARED_MEMORY (tiles too large for the
                                     device), FA2_ERROR_INVALID_SIZE (a backward grid over
-                                    2^31-1 blocks), FA2_ERROR_SIZE_OVERFLOW (workspace) */
+                                    2^31-1 blocks), FA2_ERROR_SIZE_OVERFLOW (workspace),
+                                    FA2_ERROR_OVERLAP (Q's, K's or V's strides repeat an
+                                    address, so dQ, dK or dV could not be written) */
     int32_t fwd_arch;            /* forward kernel family: 90 = Hopper wgmma kernel (sm_90
                                     devices, head dims 64/128/256 buckets), 80 = mma.sync
                                     kernel (every device) */
     int32_t bwd_arch;            /* backward kernel family: 90 = Hopper wgmma kernels
                                     (sm_90, head-dim buckets 64/128/256, both modes),
                                     80 = mma.sync */
+    fa2_device_info_t device;    /* the device the plan was made for (a copy) */
 } fa2_plan_t;
 
 /* Validates `problem` against `device` and chooses the kernel and its tiles.
@@ -203,7 +225,8 @@ typedef struct fa2_plan_t {
  * FA2_ERROR_INVALID_SIZE, FA2_ERROR_SIZE_OVERFLOW, FA2_ERROR_UNSUPPORTED_DTYPE,
  * FA2_ERROR_UNSUPPORTED_HEAD_DIM, FA2_ERROR_HEADS_MISMATCH, FA2_ERROR_BAD_STRIDE,
  * FA2_ERROR_BAD_WINDOW, FA2_ERROR_BAD_SCALE, FA2_ERROR_UNSUPPORTED_DEVICE,
- * FA2_ERROR_SHARED_MEMORY. Pure host code: needs no GPU. */
+ * FA2_ERROR_SHARED_MEMORY, FA2_ERROR_OVERLAP (O's strides), FA2_ERROR_RESERVED.
+ * Pure host code: needs no GPU. */
 FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,
                               fa2_plan_t *plan);
 
@@ -212,11 +235,18 @@ FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_inf
  * the kernel is queued. q, k, v, o are device pointers laid out as plan->problem says,
  * 16-byte aligned. `lse` (float32 [batch, heads_q, seqlen_q], 4-byte aligned) is
  * optional: NULL skips it. `workspace` may be NULL when plan->workspace_bytes is 0.
- * The pointers must stay valid until the work on `stream` completes; o must not
- * overlap q, k or v. Call on the device the plan was made for.
+ * The pointers must stay valid until the work on `stream` completes.
+ * Before anything is queued the call re-checks the plan (FA2_ERROR_BAD_PLAN when any
+ * field differs from what fa2_plan makes of plan->problem and plan->device), checks
+ * that the current device matches plan->device (compute capability and shared
+ * memory; FA2_ERROR_DEVICE_MISMATCH) and that o and lse overlap neither each other nor
+ * q, k, v (FA2_ERROR_OVERLAP). An error the application left pending in the CUDA
+ * runtime is neither reported nor cleared. Capturable in a CUDA graph: no
+ * synchronisation, no allocation.
  * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE (plan not from fa2_plan),
- * FA2_ERROR_MISALIGNED, FA2_ERROR_WORKSPACE, FA2_ERROR_CUDA (launch failed; the
- * message carries the CUDA error string). */
+ * FA2_ERROR_BAD_PLAN, FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_MISALIGNED,
+ * FA2_ERROR_OVERLAP, FA2_ERROR_WORKSPACE, FA2_ERROR_NO_DEVICE, FA2_ERROR_CUDA (the
+ * launch failed; the message carries the CUDA error string). */
 FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                                  const void *v, void *o, float *lse, void *workspace,
                                  size_t workspace_bytes, void *stream);
@@ -235,10 +265,16 @@ FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const vo
  * with head dims above 192 (bwd_arch 90) both modes take the dQ-kernel route, which is
  * the faster one there. The workspace size depends on the route (no accumulator on the
  * dQ-kernel route).
- * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_MISALIGNED,
+ * The same plan, device and pending-error rules as fa2_forward; dq, dk, dv and the
+ * workspace must overlap neither each other nor any input (FA2_ERROR_OVERLAP).
+ * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_BAD_PLAN,
+ * FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_MISALIGNED, FA2_ERROR_OVERLAP,
  * FA2_ERROR_WORKSPACE, plan->bwd_status when the plan has no backward
- * (bwd_supported = 0: FA2_ERROR_SHARED_MEMORY, FA2_ERROR_INVALID_SIZE or
- * FA2_ERROR_SIZE_OVERFLOW), FA2_ERROR_CUDA. Nothing is written on failure. */
+ * (bwd_supported = 0: FA2_ERROR_SHARED_MEMORY, FA2_ERROR_INVALID_SIZE,
+ * FA2_ERROR_SIZE_OVERFLOW or FA2_ERROR_OVERLAP), FA2_ERROR_NO_DEVICE, FA2_ERROR_CUDA.
+ * Nothing is written on failure (docs/reliability.md: the one exception, a CUDA
+ * failure of a later kernel's launch, can come only from an error that leaves the
+ * CUDA context unusable). */
 FA2_API fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
                                   const void *v, const void *o, const void *d_o,
                                   const float *lse, void *dq, void *dk, void *dv,

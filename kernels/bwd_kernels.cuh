@@ -15,6 +15,7 @@
 
 #include "bwd_block.cuh"
 #include "bwd_params.h"
+#include "bwd_tiles.h"
 #include "bwd_traits.cuh"
 #include "exp_scores.cuh"
 #include "fwd_mask.cuh"
@@ -38,22 +39,19 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b)
     return s;
 }
 
-constexpr int kDotWarps = 8;
+constexpr int kDotWarps = FA2_BWD_ROW_WARPS;
 
-// The row kernels (dot_do_o, dq_convert) give each query row the fewest lanes that
-// cover it in 8-element chunks (a power of two: 8 lanes at d = 64), so a warp handles
-// 32 / lanes rows and every lane moves 16 bytes of each 16-bit tensor.
+// The row kernels (dot_do_o, dq_convert): lanes per query row (bwd_tiles.h), so every
+// lane moves 16 bytes of each 16-bit tensor.
 __host__ __device__ constexpr int row_lanes(int head_dim)
 {
-    return head_dim > 128 ? 32 : head_dim > 64 ? 16 : head_dim > 32 ? 8 : head_dim > 16 ? 4
-                                                                        : head_dim > 8 ? 2 : 1;
+    return FA2_BWD_ROW_LANES(head_dim);
 }
 
 // Thread blocks (of 32 * kDotWarps threads) of a row kernel over `rows` rows.
 inline int64_t row_kernel_blocks(int64_t rows, int head_dim)
 {
-    const int64_t per_block = kDotWarps * (32 / row_lanes(head_dim));
-    return (rows + per_block - 1) / per_block;
+    return fa2_bwd_row_kernel_blocks(rows, head_dim);
 }
 
 // This thread's row of a row kernel (possibly past the last) and its first column.

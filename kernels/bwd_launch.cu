@@ -6,7 +6,6 @@
 #include "bwd_run.h"
 #include "bwd_sm90_tiles.h"
 #include "bwd_tiles.h"
-#include "sm90_device.h"
 
 extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
 {
@@ -14,7 +13,7 @@ extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
 #if defined(FA2_WITH_SM90A)
     // The plan picks sm90 for the Hopper rows in both modes; without an accumulator
     // (deterministic mode, split rows) bwd_sm90_run takes the dQ-kernel route.
-    if (p->use_sm90 && fa2::device_is_sm90()) {
+    if (p->use_sm90) {
         switch (p->fwd.head_dim_bucket) {
 #define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                     \
     case d:                                                                  \

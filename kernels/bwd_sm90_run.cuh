@@ -2,7 +2,8 @@
 // not split): D pre-pass (zeroing the dQ accumulator), the Hopper dK/dV kernel with
 // atomic dQ, the dQ conversion. dQ-kernel route (deterministic mode, or split rows in
 // either mode: p.dq_accum is then NULL): D pre-pass, the dK/dV kernel without dQ, the
-// Hopper dQ kernel (no atomics, no accumulator).
+// Hopper dQ kernel (no atomics, no accumulator). Every shared-memory attribute is set
+// before the first launch.
 #pragma once
 
 #include <stdint.h>
@@ -19,33 +20,37 @@ cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream)
 {
     const fa2_fwd_params_t &f = p.fwd;
     constexpr bool kSplit = BwdSm90Tile<kHeadDim>::kSplit;
+    using Dq = DqSm90Traits<Elem, kHeadDim>;
     const bool atomic = p.dq_accum != nullptr;
     if (kSplit && atomic) return cudaErrorInvalidValue;  // the plan gives split rows none
     const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    cudaError_t err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
-                             32 * kDotWarps, 0, stream, p);
-    if (err != cudaSuccess) return err;
+    const int64_t dq_grid = (f.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM * f.heads_q * f.batch;
+    cudaError_t err;
     if constexpr (kSplit) {
         using Tr = BwdSm90SplitTraits<Elem, kHeadDim>;
-        const int64_t n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-        err = launch(dkdv_sm90_split_kernel<Tr>, n_blocks * f.heads_kv * f.batch,
-                     Tr::kThreads, Tr::kSmemBytes, stream, p);
+        const int64_t grid = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * f.heads_kv * f.batch;
+        if ((err = allow_smem(dkdv_sm90_split_kernel<Tr>, Tr::kSmemBytes)) != cudaSuccess ||
+            (err = allow_smem(dq_sm90_kernel<Dq>, Dq::kSmemBytes)) != cudaSuccess ||
+            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+                          32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
+            (err = launch(dkdv_sm90_split_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream,
+                          p)) != cudaSuccess)
+            return err;
     } else {
         using Tr = BwdSm90Traits<Elem, kHeadDim>;
-        const int64_t n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-        err = atomic ? launch(dkdv_sm90_kernel<Tr, true>, n_blocks * f.heads_kv * f.batch,
-                              Tr::kThreads, Tr::kSmemBytes, stream, p)
-                     : launch(dkdv_sm90_kernel<Tr, false>, n_blocks * f.heads_kv * f.batch,
-                              Tr::kThreads, Tr::kSmemBytes, stream, p);
+        const int64_t grid = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * f.heads_kv * f.batch;
+        const auto dkdv = atomic ? dkdv_sm90_kernel<Tr, true> : dkdv_sm90_kernel<Tr, false>;
+        if ((err = allow_smem(dkdv, Tr::kSmemBytes)) != cudaSuccess ||
+            (!atomic && (err = allow_smem(dq_sm90_kernel<Dq>, Dq::kSmemBytes)) != cudaSuccess) ||
+            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+                          32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
+            (err = launch(dkdv, grid, Tr::kThreads, Tr::kSmemBytes, stream, p)) != cudaSuccess)
+            return err;
+        if (atomic)
+            return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+                          32 * kDotWarps, 0, stream, p);
     }
-    if (err != cudaSuccess) return err;
-    if (atomic)
-        return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
-                      32 * kDotWarps, 0, stream, p);
-    using Dq = DqSm90Traits<Elem, kHeadDim>;
-    const int64_t m_blocks = (f.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM;
-    return launch(dq_sm90_kernel<Dq>, m_blocks * f.heads_q * f.batch, Dq::kThreads,
-                  Dq::kSmemBytes, stream, p);
+    return launch(dq_sm90_kernel<Dq>, dq_grid, Dq::kThreads, Dq::kSmemBytes, stream, p);
 }
 
 }  // namespace fa2

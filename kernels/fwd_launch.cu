@@ -6,13 +6,12 @@
 #include "fwd_run.h"
 #include "fwd_sm90_tiles.h"
 #include "fwd_tiles.h"
-#include "sm90_device.h"
 
 extern "C" int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #if defined(FA2_WITH_SM90A)
-    if (p->use_sm90 && fa2::device_is_sm90()) {
+    if (p->use_sm90) {
         switch (p->head_dim_bucket) {
 #define FA2_FWD_SM90_CASE(d, wg, n)                                          \
     case d:                                                                  \

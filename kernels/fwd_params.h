@@ -37,6 +37,20 @@ typedef struct fa2_fwd_params_t {
     float scale_log2;        /* softmax_scale * log2(e) */
 } fa2_fwd_params_t;
 
+/* The window the kernels run: -1 (unbounded) when it reaches past every key anyway
+ * (window_left >= seqlen_k, window_right >= seqlen_q), else the window itself. With
+ * seqlen_q, seqlen_k <= FA2_MAX_SEQLEN = 2^30 this keeps every row +- offset +- window
+ * sum of the mask and range code (kernels/fwd_mask.cuh) inside int32. */
+static inline int32_t fa2_kernel_window_left(int64_t window_left, int64_t seqlen_k)
+{
+    return window_left < 0 || window_left >= seqlen_k ? -1 : (int32_t)window_left;
+}
+
+static inline int32_t fa2_kernel_window_right(int64_t window_right, int64_t seqlen_q)
+{
+    return window_right < 0 || window_right >= seqlen_q ? -1 : (int32_t)window_right;
+}
+
 /* Launches the forward kernel for p->head_dim_bucket / p->is_bf16 on `stream`
  * (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
 int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream);

@@ -21,6 +21,16 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         " seqlen_q=%" PRId64 " seqlen_k=%" PRId64
                         " exceeds the CUDA limit of 2147483647 thread blocks",
                         pr->batch, pr->heads_q, pr->seqlen_q, pr->seqlen_k);
+    case FA2_ERROR_OVERLAP:
+        return fa2_fail(FA2_ERROR_OVERLAP,
+                        "dq, dk and dv are written with q's, k's and v's strides, and one of "
+                        "them repeats an address (q %" PRId64 "/%" PRId64 "/%" PRId64
+                        ", k %" PRId64 "/%" PRId64 "/%" PRId64 ", v %" PRId64 "/%" PRId64
+                        "/%" PRId64 "): give the backward distinct rows and sum a broadcast "
+                        "gradient yourself",
+                        pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride,
+                        pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride,
+                        pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride);
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64
@@ -32,6 +42,38 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         "block (head_dim bucket %d), more than the plan's device allows",
                         plan->bwd_smem_bytes, (int)plan->head_dim_bucket);
     }
+}
+
+/* dQ, dK, dV and the workspace may overlap neither each other nor any input. */
+static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q,
+                                           const void *k, const void *v, const void *o,
+                                           const void *d_o, const float *lse, const void *dq,
+                                           const void *dk, const void *dv,
+                                           const void *workspace)
+{
+    const fa2_problem_t *pr = &plan->problem;
+    const int64_t rows = pr->batch * pr->heads_q * pr->seqlen_q;
+    const fa2_span_t inputs[6] = {
+        fa2_tensor_span("q", q, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+                        pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride, 2),
+        fa2_tensor_span("k", k, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                        pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride, 2),
+        fa2_tensor_span("v", v, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                        pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride, 2),
+        fa2_tensor_span("o", o, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+                        pr->o_batch_stride, pr->o_seq_stride, pr->o_head_stride, 2),
+        fa2_tensor_span("d_o", d_o, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+                        pr->o_batch_stride, pr->o_seq_stride, pr->o_head_stride, 2),
+        fa2_tensor_span("lse", lse, 1, rows, 1, 1, 0, 1, 0, 4)};
+    const fa2_span_t outputs[4] = {
+        fa2_tensor_span("dq", dq, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+                        pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride, 2),
+        fa2_tensor_span("dk", dk, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                        pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride, 2),
+        fa2_tensor_span("dv", dv, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                        pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride, 2),
+        fa2_tensor_span("workspace", workspace, 1, plan->bwd_workspace_bytes, 1, 1, 0, 1, 0, 1)};
+    return fa2_check_disjoint(outputs, 4, inputs, 6);
 }
 
 fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
@@ -50,10 +92,8 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
         return fa2_fail(FA2_ERROR_NULL_POINTER, "%s is NULL",
                         !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : !d_o ? "d_o"
                         : !lse ? "lse" : !dq ? "dq" : !dk ? "dk" : "dv");
-    if (plan->struct_size != sizeof(fa2_plan_t))
-        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
-                        "plan->struct_size=%zu, expected %zu (make the plan with fa2_plan)",
-                        plan->struct_size, sizeof(fa2_plan_t));
+    if ((s = fa2_check_plan(plan)))
+        return s;
     if ((s = check_backward_supported(plan)))
         return s;
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
@@ -71,6 +111,11 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
                         "workspace_bytes=%zu, the plan needs %" PRId64
                         " (plan->bwd_workspace_bytes)",
                         workspace_bytes, plan->bwd_workspace_bytes);
+
+    if ((s = check_backward_overlap(plan, q, k, v, o, d_o, lse, dq, dk, dv, workspace)))
+        return s;
+    if ((s = fa2_check_device(plan, 1)))
+        return s;
 
     /* The kernels only read q, k, v, o and lse; the const is restored there. */
     fa2_fill_fwd_params(plan, q, k, v, (void *)o, (float *)lse, &p.fwd);

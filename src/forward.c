@@ -48,10 +48,31 @@ void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->head_dim_bucket = plan->head_dim_bucket;
     p->is_bf16 = pr->dtype == FA2_DTYPE_BF16;
     p->use_sm90 = plan->fwd_arch == 90;
-    p->window_left = (int32_t)pr->window_left;
-    p->window_right = pr->causal ? 0 : (int32_t)pr->window_right;
+    p->window_left = fa2_kernel_window_left(pr->window_left, pr->seqlen_k);
+    p->window_right = fa2_kernel_window_right(pr->causal ? 0 : pr->window_right, pr->seqlen_q);
     p->softmax_scale = pr->softmax_scale;
     p->scale_log2 = pr->softmax_scale * 1.4426950408889634f; /* log2(e) */
+}
+
+/* O and LSE may overlap neither each other nor Q, K, V. */
+static fa2_status_t check_forward_overlap(const fa2_plan_t *plan, const void *q,
+                                          const void *k, const void *v, const void *o,
+                                          const float *lse)
+{
+    const fa2_problem_t *pr = &plan->problem;
+    const fa2_span_t inputs[3] = {
+        fa2_tensor_span("q", q, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+                        pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride, 2),
+        fa2_tensor_span("k", k, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                        pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride, 2),
+        fa2_tensor_span("v", v, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                        pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride, 2)};
+    const fa2_span_t outputs[2] = {
+        fa2_tensor_span("o", o, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+                        pr->o_batch_stride, pr->o_seq_stride, pr->o_head_stride, 2),
+        fa2_tensor_span("lse", lse, lse ? 1 : 0, pr->batch * pr->heads_q * pr->seqlen_q, 1, 1,
+                        0, 1, 0, 4)};
+    return fa2_check_disjoint(outputs, 2, inputs, 3);
 }
 
 fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
@@ -73,13 +94,13 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
         return fa2_fail(FA2_ERROR_NULL_POINTER, "v is NULL");
     if (!o)
         return fa2_fail(FA2_ERROR_NULL_POINTER, "o is NULL");
-    if (plan->struct_size != sizeof(fa2_plan_t))
-        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
-                        "plan->struct_size=%zu, expected %zu (make the plan with fa2_plan)",
-                        plan->struct_size, sizeof(fa2_plan_t));
+    if ((s = fa2_check_plan(plan)))
+        return s;
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
         (s = fa2_check_align("lse", lse, 4)))
+        return s;
+    if ((s = check_forward_overlap(plan, q, k, v, o, lse)))
         return s;
     if (plan->workspace_bytes < 0 || (uint64_t)workspace_bytes < (uint64_t)plan->workspace_bytes)
         return fa2_fail(FA2_ERROR_WORKSPACE,
@@ -88,6 +109,9 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
     if (plan->workspace_bytes > 0 && !workspace)
         return fa2_fail(FA2_ERROR_WORKSPACE, "workspace is NULL, the plan needs %" PRId64
                         " bytes", plan->workspace_bytes);
+
+    if ((s = fa2_check_device(plan, 0)))
+        return s;
 
     fa2_fill_fwd_params(plan, q, k, v, o, lse, &p);
     e = fa2_fwd_launch(&p, stream);

@@ -55,12 +55,46 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
 fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,
                                   const fa2_device_info_t *device);
 
+/* 1 when a [batch, seq, heads, head_dim] layout with these strides (head_dim stride
+ * 1) gives every element its own address: the strides, innermost first, nest (each
+ * steps past all that the dimensions inside it reach). Dimensions of extent 1 are
+ * ignored. Takes validated sizes and strides. */
+int fa2_layout_is_distinct(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                           int64_t batch_stride, int64_t seq_stride, int64_t head_stride);
+
 /* FA2_SUCCESS, or FA2_ERROR_MISALIGNED naming `name` when ptr % align != 0. */
 fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align);
 
 /* 1 when the backward of a plan sums dQ with fp32 atomics in the workspace's
  * accumulator: default mode, except Hopper split rows (their dQ kernel needs none). */
 int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket);
+
+/* fa2_forward / fa2_backward's checks before anything is queued (run_checks.c). */
+
+/* FA2_ERROR_STRUCT_SIZE or FA2_ERROR_BAD_PLAN unless *plan is exactly what fa2_plan
+ * makes of plan->problem and plan->device. */
+fa2_status_t fa2_check_plan(const fa2_plan_t *plan);
+
+/* FA2_ERROR_DEVICE_MISMATCH unless the current device can run the plan's forward
+ * (backward = 0) or backward kernels: sm_80 or newer, sm_90 for the Hopper kernels,
+ * and enough shared memory. FA2_ERROR_NO_DEVICE / FA2_ERROR_CUDA when it cannot be
+ * queried. Device properties are cached per device. */
+fa2_status_t fa2_check_device(const fa2_plan_t *plan, int backward);
+
+/* The bytes [begin, end) a tensor of validated layout reaches (empty when a size is 0). */
+typedef struct fa2_span_t {
+    const char *name;
+    uintptr_t begin, end;
+} fa2_span_t;
+
+fa2_span_t fa2_tensor_span(const char *name, const void *ptr, int64_t batch, int64_t seq,
+                           int64_t heads, int64_t head_dim, int64_t batch_stride,
+                           int64_t seq_stride, int64_t head_stride, int64_t elem_bytes);
+
+/* FA2_ERROR_OVERLAP naming the pair when an output overlaps another output or an input
+ * (inputs may overlap each other). */
+fa2_status_t fa2_check_disjoint(const fa2_span_t *outputs, int n_outputs,
+                                const fa2_span_t *inputs, int n_inputs);
 
 /* The forward kernel parameters of a validated plan and its tensors. */
 struct fa2_fwd_params_t;

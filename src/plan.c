@@ -119,8 +119,19 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
     if (!atomics && ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
         grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
+    if (fa2_bwd_row_kernel_blocks(pr->batch * pr->heads_q * pr->seqlen_q, pr->head_dim) > grid)
+        grid = fa2_bwd_row_kernel_blocks(pr->batch * pr->heads_q * pr->seqlen_q, pr->head_dim);
     if (grid > INT32_MAX)
         out->bwd_status = FA2_ERROR_INVALID_SIZE;
+    /* dQ, dK and dV are written with Q's, K's and V's strides: those must not repeat an
+     * address (a broadcast input's gradient is a sum the caller makes). */
+    if (!fa2_layout_is_distinct(pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+                                pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride) ||
+        !fa2_layout_is_distinct(pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                                pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride) ||
+        !fa2_layout_is_distinct(pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+                                pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride))
+        out->bwd_status = FA2_ERROR_OVERLAP;
     if (out->bwd_smem_bytes > device->smem_per_block_optin)
         out->bwd_status = FA2_ERROR_SHARED_MEMORY;
     out->bwd_supported = out->bwd_status == FA2_SUCCESS;
@@ -180,6 +191,8 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
     out.fwd_arch = tile.arch;
     out.workspace_bytes = 0;
     plan_backward(problem, device, tile.head_dim_bucket, &out);
+    out.device = *device;
+    out.device.struct_size = sizeof(fa2_device_info_t);
 
     *plan = out;
     return FA2_SUCCESS;

@@ -22,7 +22,8 @@ const char *fa2_status_string(fa2_status_t status)
         return "FA2_ERROR_STRUCT_SIZE: struct_size is not one this library knows "
                "(set it with the init call)";
     case FA2_ERROR_INVALID_SIZE:
-        return "FA2_ERROR_INVALID_SIZE: batch, seqlen or heads out of range";
+        return "FA2_ERROR_INVALID_SIZE: batch, seqlen or heads out of range (seqlen at most "
+               "FA2_MAX_SEQLEN)";
     case FA2_ERROR_SIZE_OVERFLOW:
         return "FA2_ERROR_SIZE_OVERFLOW: a tensor extent or offset does not fit in int64";
     case FA2_ERROR_UNSUPPORTED_DTYPE:
@@ -38,7 +39,8 @@ const char *fa2_status_string(fa2_status_t status)
     case FA2_ERROR_BAD_WINDOW:
         return "FA2_ERROR_BAD_WINDOW: bad window_left/window_right or causal";
     case FA2_ERROR_BAD_SCALE:
-        return "FA2_ERROR_BAD_SCALE: softmax_scale is negative, NaN or infinite";
+        return "FA2_ERROR_BAD_SCALE: softmax_scale is negative, NaN, or above "
+               "FA2_MAX_SOFTMAX_SCALE";
     case FA2_ERROR_UNSUPPORTED_DEVICE:
         return "FA2_ERROR_UNSUPPORTED_DEVICE: compute capability below 8.0";
     case FA2_ERROR_SHARED_MEMORY:
@@ -49,6 +51,14 @@ const char *fa2_status_string(fa2_status_t status)
         return "FA2_ERROR_NO_DEVICE: no CUDA device, or the device index is invalid";
     case FA2_ERROR_CUDA:
         return "FA2_ERROR_CUDA: the CUDA runtime reported an error";
+    case FA2_ERROR_OVERLAP:
+        return "FA2_ERROR_OVERLAP: an output overlaps an input, another output or itself";
+    case FA2_ERROR_BAD_PLAN:
+        return "FA2_ERROR_BAD_PLAN: the plan was changed after fa2_plan made it";
+    case FA2_ERROR_DEVICE_MISMATCH:
+        return "FA2_ERROR_DEVICE_MISMATCH: the current device cannot run the plan's kernels";
+    case FA2_ERROR_RESERVED:
+        return "FA2_ERROR_RESERVED: a reserved field is not zero";
     }
     return "unknown fa2_status_t";
 }

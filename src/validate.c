@@ -97,6 +97,30 @@ static fa2_status_t check_extent(const char *name, int64_t batch, int64_t seq,
     return FA2_SUCCESS;
 }
 
+int fa2_layout_is_distinct(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                           int64_t batch_stride, int64_t seq_stride, int64_t head_stride)
+{
+    /* Dimensions of extent > 1, innermost (smallest stride) first; each stride must
+     * step past everything the dimensions inside it reach. Sizes and strides are
+     * validated, so the products fit in int64. */
+    int64_t extent[3] = {batch, seq, heads}, stride[3] = {batch_stride, seq_stride, head_stride};
+    int64_t span = head_dim; /* elements the head_dim row reaches: offsets [0, span) */
+    int used[3] = {0, 0, 0};
+    for (int round = 0; round < 3; ++round) {
+        int pick = -1;
+        for (int i = 0; i < 3; ++i)
+            if (!used[i] && extent[i] > 1 && (pick < 0 || stride[i] < stride[pick]))
+                pick = i;
+        if (pick < 0)
+            break;
+        used[pick] = 1;
+        if (stride[pick] < span)
+            return 0;
+        span += stride[pick] * (extent[pick] - 1);
+    }
+    return 1;
+}
+
 fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_t *dev)
 {
     fa2_status_t s;
@@ -124,9 +148,19 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
                         "dtype=%d is not supported (FA2_DTYPE_FP16=1, FA2_DTYPE_BF16=2)",
                         (int)p->dtype);
 
+    if (p->reserved0 != 0 || p->reserved1 != 0)
+        return fa2_fail(FA2_ERROR_RESERVED,
+                        "problem->reserved%d=%d must be zero (set the problem with "
+                        "fa2_problem_init)",
+                        p->reserved0 != 0 ? 0 : 1,
+                        (int)(p->reserved0 != 0 ? p->reserved0 : p->reserved1));
+    if (dev->reserved0 != 0)
+        return fa2_fail(FA2_ERROR_RESERVED, "device->reserved0=%d must be zero",
+                        (int)dev->reserved0);
+
     if ((s = check_range("batch", p->batch, 1, INT32_MAX)) ||
-        (s = check_range("seqlen_q", p->seqlen_q, 1, INT32_MAX)) ||
-        (s = check_range("seqlen_k", p->seqlen_k, 0, INT32_MAX)) ||
+        (s = check_range("seqlen_q", p->seqlen_q, 1, FA2_MAX_SEQLEN)) ||
+        (s = check_range("seqlen_k", p->seqlen_k, 0, FA2_MAX_SEQLEN)) ||
         (s = check_range("heads_q", p->heads_q, 1, INT32_MAX)) ||
         (s = check_range("heads_kv", p->heads_kv, 1, INT32_MAX)))
         return s;
@@ -166,6 +200,14 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
         (s = check_extent("o", p->batch, p->seqlen_q, p->heads_q, p->head_dim,
                           p->o_batch_stride, p->o_seq_stride, p->o_head_stride, 2)))
         return s;
+    if (!fa2_layout_is_distinct(p->batch, p->seqlen_q, p->heads_q, p->head_dim,
+                                p->o_batch_stride, p->o_seq_stride, p->o_head_stride))
+        return fa2_fail(FA2_ERROR_OVERLAP,
+                        "o: strides %" PRId64 "/%" PRId64 "/%" PRId64 " (batch/seq/head) "
+                        "give two elements of O one address (batch=%" PRId64
+                        " seqlen_q=%" PRId64 " heads_q=%" PRId64 " head_dim=%" PRId64 ")",
+                        p->o_batch_stride, p->o_seq_stride, p->o_head_stride, p->batch,
+                        p->seqlen_q, p->heads_q, p->head_dim);
     if (!fa2_mul_i64(p->batch, p->heads_q, &n) || !fa2_mul_i64(n, p->seqlen_q, &n) ||
         !fa2_mul_i64(n, 4, &n))
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
@@ -178,24 +220,24 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
                         (int)p->deterministic);
     if (p->causal != 0 && p->causal != 1)
         return fa2_fail(FA2_ERROR_BAD_WINDOW, "causal=%d is not 0 or 1", (int)p->causal);
-    if (p->window_left < -1 || p->window_left > INT32_MAX)
+    if (p->window_left < -1 || p->window_left > FA2_MAX_WINDOW)
         return fa2_fail(FA2_ERROR_BAD_WINDOW,
-                        "window_left=%" PRId64 " is out of range [-1, 2147483647]",
-                        p->window_left);
-    if (p->window_right < -1 || p->window_right > INT32_MAX)
+                        "window_left=%" PRId64 " is out of range [-1, %d] (FA2_MAX_WINDOW)",
+                        p->window_left, FA2_MAX_WINDOW);
+    if (p->window_right < -1 || p->window_right > FA2_MAX_WINDOW)
         return fa2_fail(FA2_ERROR_BAD_WINDOW,
-                        "window_right=%" PRId64 " is out of range [-1, 2147483647]",
-                        p->window_right);
+                        "window_right=%" PRId64 " is out of range [-1, %d] (FA2_MAX_WINDOW)",
+                        p->window_right, FA2_MAX_WINDOW);
     if (p->causal && p->window_right != -1 && p->window_right != 0)
         return fa2_fail(FA2_ERROR_BAD_WINDOW,
                         "window_right=%" PRId64 " conflicts with causal=1 (use -1 or 0)",
                         p->window_right);
 
-    if (isnan(p->softmax_scale) || isinf(p->softmax_scale) || p->softmax_scale < 0.0f)
+    if (!(p->softmax_scale >= 0.0f && p->softmax_scale <= FA2_MAX_SOFTMAX_SCALE))
         return fa2_fail(FA2_ERROR_BAD_SCALE,
-                        "softmax_scale=%g is not supported (0 for 1/sqrt(head_dim), or "
-                        "finite and > 0)",
-                        (double)p->softmax_scale);
+                        "softmax_scale=%g is not supported (0 for 1/sqrt(head_dim), or in "
+                        "(0, %g], FA2_MAX_SOFTMAX_SCALE)",
+                        (double)p->softmax_scale, (double)FA2_MAX_SOFTMAX_SCALE);
 
     if (dev->cc_major < 8)
         return fa2_fail(FA2_ERROR_UNSUPPORTED_DEVICE,

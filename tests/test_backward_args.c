@@ -206,9 +206,10 @@ static void test_backward_unsupported(void **state)
     fa2_plan_t bad = g_plan;
     args_t a = good();
     a.plan = &bad;
+    /* edited by hand: refused as a changed plan, not trusted */
     bad.bwd_supported = 0;
     bad.bwd_status = FA2_ERROR_SHARED_MEMORY;
-    EXPECT_BWD(a, FA2_ERROR_SHARED_MEMORY, "shared memory", 1);
+    EXPECT_BWD(a, FA2_ERROR_BAD_PLAN, "changed after fa2_plan", 1);
 
     /* a real one: a device with less shared memory than the backward needs but enough
      * for the forward (d = 64: forward 40960 bytes, backward 50176 on an H200 today) */
@@ -262,8 +263,15 @@ static void test_backward_grid_too_large(void **state)
     assert_true(plan.grid_blocks <= INT64_C(2147483647));
     expect_grid_rejected(&plan);
 
-    /* dQ grid 2 * 64 * 2^24 = 2^31: rejected only in deterministic mode */
+    /* The row kernels (D, dQ conversion) take 32 rows per block at d = 64: 2^37 rows
+     * are 2^32 blocks, though the dK/dV grid (2^30) and the forward's (2^30) fit. */
     fa2_problem_init(&p, FA2_DTYPE_BF16, INT64_C(1) << 24, 128, 64, 64, 64, 64);
+    assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS);
+    expect_grid_rejected(&plan);
+
+    /* d = 8 (bucket 32): the row kernels take 256 rows per block (grid 2^29), the dQ
+     * kernel 64 (grid 2 * 64 * 2^24 = 2^31): rejected only in deterministic mode */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, INT64_C(1) << 24, 128, 64, 64, 64, 8);
     assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS);
     assert_int_equal(plan.bwd_supported, 1);
     p.deterministic = 1;

@@ -582,7 +582,7 @@ static void test_bucket_mapping_and_scale(void **state)
 /* Grid size for lengths around the tile edge, and a big batch x heads product. */
 static void test_grid(void **state)
 {
-    static const int64_t lens[] = {1, 127, 128, 129, 255, 256, 1000, 2147483647};
+    static const int64_t lens[] = {1, 127, 128, 129, 255, 256, 1000, FA2_MAX_SEQLEN};
     fa2_device_info_t d = device(232448);
     (void)state;
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {

@@ -204,15 +204,31 @@ static void test_plan_rejections(void **state)
     p.causal = 1, p.window_right = 5;
     failed += !expect_plan_fail("causal=1 window_right=5", &p, &d, 0, FA2_ERROR_BAD_WINDOW,
                                 "conflicts with causal=1");
-    fa2_problem_init(&p, FA2_DTYPE_FP16, I32MAX, I32MAX, 16, I32MAX, 1, 64);
+    fa2_problem_init(&p, FA2_DTYPE_FP16, I32MAX, FA2_MAX_SEQLEN, 16, I32MAX, 1, 64);
     p.q_batch_stride = p.q_seq_stride = p.q_head_stride = 0;
-    p.o_batch_stride = p.o_seq_stride = p.o_head_stride = 0;
     p.k_batch_stride = p.v_batch_stride = 0;
-    failed += !expect_plan_fail("lse bytes past int64 (zero strides)", &p, &d, 0,
-                                FA2_ERROR_SIZE_OVERFLOW, "lse");
-    p.batch = 65536, p.heads_q = 1, p.seqlen_q = INT64_C(128) * 32768;
+    failed += !expect_plan_fail("o bytes past int64 (q broadcast)", &p, &d, 0,
+                                FA2_ERROR_SIZE_OVERFLOW, "o:");
+    p.o_batch_stride = p.o_seq_stride = p.o_head_stride = 0;
+    failed += !expect_plan_fail("o with zero strides", &p, &d, 0, FA2_ERROR_OVERLAP,
+                                "give two elements of O one address");
+    fa2_problem_init(&p, FA2_DTYPE_FP16, 65536, INT64_C(128) * 32768, 16, 1, 1, 64);
+    p.q_batch_stride = p.q_seq_stride = p.q_head_stride = 0;
     failed += !expect_plan_fail("grid of 2^31 blocks", &p, &d, 0, FA2_ERROR_INVALID_SIZE,
                                 "grid limit");
+    p = base(), d = h200();
+    p.reserved0 = 3;
+    failed += !expect_plan_fail("problem.reserved0=3", &p, &d, 0, FA2_ERROR_RESERVED,
+                                "reserved0=3");
+    p = base(), p.reserved1 = -1;
+    failed += !expect_plan_fail("problem.reserved1=-1", &p, &d, 0, FA2_ERROR_RESERVED,
+                                "reserved1=-1");
+    p = base(), d.reserved0 = 1;
+    failed += !expect_plan_fail("device.reserved0=1", &p, &d, 0, FA2_ERROR_RESERVED,
+                                "device->reserved0=1");
+    d = h200(), p.softmax_scale = 3.4e38f;
+    failed += !expect_plan_fail("softmax_scale=3.4e38", &p, &d, 0, FA2_ERROR_BAD_SCALE,
+                                "FA2_MAX_SOFTMAX_SCALE");
     assert_int_equal(failed, 0);
 }
 
@@ -287,11 +303,21 @@ static void test_forward_rejections(void **state)
     FWD("v misaligned (+1)", c.v = MIS(g_v, 1), FA2_ERROR_MISALIGNED, "v=");
     FWD("o misaligned (+2)", c.o = MIS(g_o, 2), FA2_ERROR_MISALIGNED, "o=");
     FWD("lse misaligned (+2)", c.lse = MIS(g_lse, 2), FA2_ERROR_MISALIGNED, "4-byte aligned");
+    /* a plan edited after fa2_plan is refused, whatever the edit */
     bad = g_plan, bad.workspace_bytes = 256;
-    FWD("workspace_bytes < plan's", (c.plan = &bad, c.ws_bytes = 128), FA2_ERROR_WORKSPACE,
-        "workspace_bytes=128");
-    FWD("workspace=NULL, plan needs some", (c.plan = &bad, c.ws = NULL, c.ws_bytes = 256),
-        FA2_ERROR_WORKSPACE, "workspace is NULL");
+    FWD("plan edited: workspace_bytes", (c.plan = &bad, c.ws_bytes = 128), FA2_ERROR_BAD_PLAN,
+        "changed after fa2_plan");
+    bad = g_plan, bad.problem.head_dim = 4096;
+    FWD("plan edited: head_dim 4096", c.plan = &bad, FA2_ERROR_BAD_PLAN, "head_dim=4096");
+    bad = g_plan, bad.problem.seqlen_q = -5;
+    FWD("plan edited: seqlen_q -5", c.plan = &bad, FA2_ERROR_BAD_PLAN, "seqlen_q=-5");
+    bad = g_plan, bad.problem.dtype = (fa2_dtype_t)77;
+    FWD("plan edited: dtype 77", c.plan = &bad, FA2_ERROR_BAD_PLAN, "dtype=77");
+    bad = g_plan, bad.smem_bytes += 1024;
+    FWD("plan edited: smem_bytes", c.plan = &bad, FA2_ERROR_BAD_PLAN, "changed after fa2_plan");
+    /* outputs overlapping inputs */
+    FWD("o overlaps q", c.o = g_q, FA2_ERROR_OVERLAP, "o [");
+    FWD("lse overlaps o", c.lse = (float *)g_o, FA2_ERROR_OVERLAP, "lse [");
 #undef FWD
     assert_int_equal(failed, 0);
 }
@@ -318,15 +344,36 @@ static void test_backward_rejections(void **state)
     bad = g_plan, bad.struct_size = sizeof bad - 8;
     BWD("plan.struct_size=older caller", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=");
     /* a plan without a backward returns the reason fa2_plan recorded (bwd_status) */
+    {
+        fa2_problem_t pr = g_plan.problem;
+        fa2_device_info_t dev = g_plan.device;
+        dev.smem_per_block_optin = g_plan.smem_bytes; /* the forward fits, not the backward */
+        assert_int_equal(fa2_plan(&pr, &dev, &bad), FA2_SUCCESS);
+        BWD("plan: no backward (shared memory)", c.plan = &bad, FA2_ERROR_SHARED_MEMORY,
+            "shared memory");
+        fa2_problem_init(&pr, FA2_DTYPE_BF16, INT64_C(1) << 24, 64, 257, 64, 64, 64);
+        assert_int_equal(fa2_plan(&pr, &g_plan.device, &bad), FA2_SUCCESS);
+        BWD("plan: no backward (grid)", c.plan = &bad, FA2_ERROR_INVALID_SIZE,
+            "exceeds the CUDA limit");
+        pr = g_plan.problem;
+        pr.k_seq_stride = 0; /* K broadcast over the sequence: dK rows would collide */
+        assert_int_equal(fa2_plan(&pr, &g_plan.device, &bad), FA2_SUCCESS);
+        BWD("plan: no backward (K broadcast)", c.plan = &bad, FA2_ERROR_OVERLAP,
+            "sum a broadcast gradient yourself");
+    }
+    /* a plan edited after fa2_plan is refused, whatever the edit */
     bad = g_plan, bad.bwd_supported = 0, bad.bwd_status = FA2_ERROR_SHARED_MEMORY;
-    BWD("plan: no backward (shared memory)", c.plan = &bad, FA2_ERROR_SHARED_MEMORY,
-        "shared memory");
-    bad = g_plan, bad.bwd_supported = 0, bad.bwd_status = FA2_ERROR_INVALID_SIZE;
-    BWD("plan: no backward (grid)", c.plan = &bad, FA2_ERROR_INVALID_SIZE,
-        "exceeds the CUDA limit");
-    bad = g_plan, bad.bwd_supported = 0, bad.bwd_status = FA2_ERROR_SIZE_OVERFLOW;
-    BWD("plan: no backward (workspace overflow)", c.plan = &bad, FA2_ERROR_SIZE_OVERFLOW,
-        "overflows int64 bytes");
+    BWD("plan edited: bwd_supported", c.plan = &bad, FA2_ERROR_BAD_PLAN,
+        "changed after fa2_plan");
+    bad = g_plan, bad.bwd_workspace_bytes = 16;
+    BWD("plan edited: bwd_workspace_bytes", c.plan = &bad, FA2_ERROR_BAD_PLAN,
+        "changed after fa2_plan");
+    bad = g_plan, bad.problem.head_dim = 4096;
+    BWD("plan edited: head_dim 4096", c.plan = &bad, FA2_ERROR_BAD_PLAN, "head_dim=4096");
+    bad = g_plan, bad.problem.seqlen_q = INT64_C(1) << 40;
+    BWD("plan edited: seqlen_q 2^40", c.plan = &bad, FA2_ERROR_BAD_PLAN, "seqlen_q=");
+    bad = g_plan, bad.device.cc_major = 8, bad.device.cc_minor = 6; /* no Hopper kernels */
+    BWD("plan edited: device", c.plan = &bad, FA2_ERROR_BAD_PLAN, "changed after fa2_plan");
     BWD("q misaligned", c.q = MIS(g_q, 2), FA2_ERROR_MISALIGNED, "q=");
     BWD("k misaligned", c.k = MIS(g_k, 8), FA2_ERROR_MISALIGNED, "k=");
     BWD("v misaligned", c.v = MIS(g_v, 4), FA2_ERROR_MISALIGNED, "v=");

@@ -85,6 +85,10 @@ static void test_status_strings(void **state)
         "FA2_ERROR_WORKSPACE",
         "FA2_ERROR_NO_DEVICE",
         "FA2_ERROR_CUDA",
+        "FA2_ERROR_OVERLAP",
+        "FA2_ERROR_BAD_PLAN",
+        "FA2_ERROR_DEVICE_MISMATCH",
+        "FA2_ERROR_RESERVED",
     };
     size_t n = sizeof names / sizeof names[0];
     (void)state;
@@ -97,7 +101,7 @@ static void test_status_strings(void **state)
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(s, fa2_status_string((fa2_status_t)j));
     }
-    assert_string_equal(fa2_status_string((fa2_status_t)17), "unknown fa2_status_t");
+    assert_string_equal(fa2_status_string((fa2_status_t)21), "unknown fa2_status_t");
     assert_string_equal(fa2_status_string((fa2_status_t)-1), "unknown fa2_status_t");
     assert_string_equal(fa2_status_string((fa2_status_t)1000), "unknown fa2_status_t");
 }
@@ -270,7 +274,8 @@ static void test_problem_init_huge_sizes(void **state)
     fa2_device_info_t d = h200();
     fa2_plan_t plan;
     (void)state;
-    fa2_problem_init(&p, FA2_DTYPE_FP16, 2, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 256);
+    fa2_problem_init(&p, FA2_DTYPE_FP16, 2, FA2_MAX_SEQLEN, FA2_MAX_SEQLEN, INT32_MAX, INT32_MAX,
+                     256);
     /* Saturated, not wrapped: a batch stride is never below a sequence stride. */
     assert_true(p.q_batch_stride >= p.q_seq_stride);
     assert_true(p.k_batch_stride >= p.k_seq_stride);

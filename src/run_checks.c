@@ -1,0 +1,141 @@
+/* What fa2_forward and fa2_backward check before they queue anything: the plan is one
+ * fa2_plan made, the current device can run it, and no output overlaps another
+ * tensor of the call. */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "fault_hook.h"
+#include "internal.h"
+
+/* fa2_plan_t has no padding, so memcmp compares exactly its fields. */
+_Static_assert(sizeof(fa2_problem_t) == 192, "fa2_problem_t has padding or changed");
+_Static_assert(sizeof(fa2_device_info_t) == 40, "fa2_device_info_t has padding or changed");
+_Static_assert(sizeof(fa2_plan_t) == 360, "fa2_plan_t has padding or changed");
+
+fa2_status_t fa2_check_plan(const fa2_plan_t *plan)
+{
+    fa2_plan_t fresh;
+    char why[256];
+    if (plan->struct_size != sizeof(fa2_plan_t))
+        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
+                        "plan->struct_size=%zu, expected %zu (make the plan with fa2_plan)",
+                        plan->struct_size, sizeof(fa2_plan_t));
+    /* Re-planning is pure host arithmetic, well under a microsecond. */
+    if (fa2_plan(&plan->problem, &plan->device, &fresh) != FA2_SUCCESS) {
+        snprintf(why, sizeof why, "%s", fa2_last_error());
+        return fa2_fail(FA2_ERROR_BAD_PLAN, "the plan was changed after fa2_plan: %s", why);
+    }
+    if (memcmp(&fresh, plan, sizeof fresh) != 0)
+        return fa2_fail(FA2_ERROR_BAD_PLAN,
+                        "the plan was changed after fa2_plan: its fields differ from what "
+                        "fa2_plan makes of plan->problem and plan->device");
+    return FA2_SUCCESS;
+}
+
+/* What the run needs of a device, per device ordinal, queried once. A slot is
+ * claimed (0 -> 1) by one thread, filled, then published (2); other threads query
+ * the device themselves until it is. */
+enum { kCachedDevices = 64 };
+typedef struct device_slot_t {
+    atomic_int state;
+    int cc_major, cc_minor, smem_per_block_optin;
+} device_slot_t;
+static device_slot_t g_devices[kCachedDevices];
+
+static fa2_status_t query_attr(int device, enum cudaDeviceAttr attr, int *value)
+{
+    cudaError_t e = (cudaError_t)fa2_fault("cudaDeviceGetAttribute");
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(value, attr, device);
+    if (e != cudaSuccess)
+        return fa2_fail(FA2_ERROR_CUDA, "cudaDeviceGetAttribute(device %d): %s", device,
+                        cudaGetErrorString(e));
+    return FA2_SUCCESS;
+}
+
+static fa2_status_t current_device(int *device, int *cc_major, int *cc_minor, int *smem_optin)
+{
+    cudaError_t e = (cudaError_t)fa2_fault("cudaGetDevice");
+    fa2_status_t s;
+    if (e == cudaSuccess)
+        e = cudaGetDevice(device);
+    if (e != cudaSuccess)
+        return fa2_fail(FA2_ERROR_NO_DEVICE, "cudaGetDevice: %s", cudaGetErrorString(e));
+    if (*device >= 0 && *device < kCachedDevices &&
+        atomic_load_explicit(&g_devices[*device].state, memory_order_acquire) == 2) {
+        *cc_major = g_devices[*device].cc_major;
+        *cc_minor = g_devices[*device].cc_minor;
+        *smem_optin = g_devices[*device].smem_per_block_optin;
+        return FA2_SUCCESS;
+    }
+    if ((s = query_attr(*device, cudaDevAttrComputeCapabilityMajor, cc_major)) ||
+        (s = query_attr(*device, cudaDevAttrComputeCapabilityMinor, cc_minor)) ||
+        (s = query_attr(*device, cudaDevAttrMaxSharedMemoryPerBlockOptin, smem_optin)))
+        return s;
+    if (*device >= 0 && *device < kCachedDevices) {
+        int empty = 0;
+        device_slot_t *slot = &g_devices[*device];
+        if (atomic_compare_exchange_strong(&slot->state, &empty, 1)) {
+            slot->cc_major = *cc_major;
+            slot->cc_minor = *cc_minor;
+            slot->smem_per_block_optin = *smem_optin;
+            atomic_store_explicit(&slot->state, 2, memory_order_release);
+        }
+    }
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_check_device(const fa2_plan_t *plan, int backward)
+{
+    int device = 0, major = 0, minor = 0, optin = 0;
+    fa2_status_t s;
+    const int hopper = backward ? plan->bwd_arch == 90 : plan->fwd_arch == 90;
+    const int64_t smem = backward ? plan->bwd_smem_bytes : plan->smem_bytes;
+    if ((s = current_device(&device, &major, &minor, &optin)))
+        return s;
+    if (major < 8 || (hopper && !(major == 9 && minor == 0)) || smem > optin)
+        return fa2_fail(FA2_ERROR_DEVICE_MISMATCH,
+                        "the plan was made for sm_%d%d (%" PRId64 " bytes of shared memory "
+                        "per block) and runs %s kernels needing %" PRId64
+                        " bytes; the current device %d is sm_%d%d with %d bytes",
+                        (int)plan->device.cc_major, (int)plan->device.cc_minor,
+                        plan->device.smem_per_block_optin, hopper ? "sm_90a" : "sm_80",
+                        smem, device, major, minor, optin);
+    return FA2_SUCCESS;
+}
+
+fa2_span_t fa2_tensor_span(const char *name, const void *ptr, int64_t batch, int64_t seq,
+                           int64_t heads, int64_t head_dim, int64_t batch_stride,
+                           int64_t seq_stride, int64_t head_stride, int64_t elem_bytes)
+{
+    /* Validated sizes: the last element's offset fits in int64 (check_extent). */
+    fa2_span_t span = {name, (uintptr_t)ptr, (uintptr_t)ptr};
+    if (batch > 0 && seq > 0 && heads > 0)
+        span.end += (uintptr_t)(((batch - 1) * batch_stride + (seq - 1) * seq_stride +
+                                 (heads - 1) * head_stride + head_dim) * elem_bytes);
+    return span;
+}
+
+fa2_status_t fa2_check_disjoint(const fa2_span_t *outputs, int n_outputs,
+                                const fa2_span_t *inputs, int n_inputs)
+{
+    for (int i = 0; i < n_outputs; ++i) {
+        const fa2_span_t *a = &outputs[i];
+        for (int j = 0; j < n_outputs + n_inputs; ++j) {
+            const fa2_span_t *b = j < n_outputs ? &outputs[j] : &inputs[j - n_outputs];
+            if (j == i || (j < n_outputs && j < i))
+                continue; /* itself, or a pair already compared */
+            if (a->begin < a->end && b->begin < b->end && a->begin < b->end &&
+                b->begin < a->end)
+                return fa2_fail(FA2_ERROR_OVERLAP,
+                                "%s [%p, %p) overlaps %s [%p, %p)", a->name,
+                                (void *)a->begin, (void *)a->end, b->name, (void *)b->begin,
+                                (void *)b->end);
+        }
+    }
+    return FA2_SUCCESS;
+}

@@ -7,18 +7,17 @@
 #include "bwd_sm90_tiles.h"
 #include "bwd_tiles.h"
 
-extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
+static cudaError_t dispatch(const fa2_bwd_params_t *p, cudaStream_t s, bool &queued)
 {
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
 #if defined(FA2_WITH_SM90A)
     // The plan picks sm90 for the Hopper rows in both modes; without an accumulator
     // (deterministic mode, split rows) bwd_sm90_run takes the dQ-kernel route.
     if (p->use_sm90) {
         switch (p->fwd.head_dim_bucket) {
-#define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                     \
-    case d:                                                                  \
-        return p->fwd.is_bf16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s)  \
-                              : fa2::bwd_sm90_run<__half, d>(*p, s);
+#define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                           \
+    case d:                                                                        \
+        return p->fwd.is_bf16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s, queued) \
+                              : fa2::bwd_sm90_run<__half, d>(*p, s, queued);
             FA2_BWD_SM90_TILES(FA2_BWD_SM90_CASE)
 #undef FA2_BWD_SM90_CASE
         default:
@@ -27,13 +26,21 @@ extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
     }
 #endif
     switch (p->fwd.head_dim_bucket) {
-#define FA2_BWD_CASE(d, bn, bm, w, sl, qbm, qbn, qw)                         \
-    case d:                                                                  \
-        return p->fwd.is_bf16 ? fa2::bwd_run<__nv_bfloat16, d>(*p, s)       \
-                              : fa2::bwd_run<__half, d>(*p, s);
+#define FA2_BWD_CASE(d, bn, bm, w, sl, qbm, qbn, qw)                              \
+    case d:                                                                       \
+        return p->fwd.is_bf16 ? fa2::bwd_run<__nv_bfloat16, d>(*p, s, queued)     \
+                              : fa2::bwd_run<__half, d>(*p, s, queued);
         FA2_BWD_TILES(FA2_BWD_CASE)
 #undef FA2_BWD_CASE
     default:
         return cudaErrorInvalidValue;
     }
+}
+
+extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream, int *outputs_queued)
+{
+    bool queued = false;
+    const cudaError_t err = dispatch(p, static_cast<cudaStream_t>(stream), queued);
+    *outputs_queued = queued;
+    return err;
 }

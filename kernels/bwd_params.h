@@ -21,8 +21,11 @@ typedef struct fa2_bwd_params_t {
     int32_t use_sm90;     /* 1: the plan chose the Hopper (wgmma) dK/dV kernel */
 } fa2_bwd_params_t;
 
-/* Launches the three backward kernels on `stream`. Returns a cudaError_t value. */
-int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream);
+/* Launches the backward kernels on `stream`. Returns a cudaError_t value; every
+ * fallible set-up comes before the first launch. *outputs_queued is set to 1 once a
+ * kernel that writes dQ, dK or dV is queued (a failure after it may leave them
+ * partly written), else 0. */
+int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream, int *outputs_queued);
 
 #ifdef __cplusplus
 }

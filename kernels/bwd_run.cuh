@@ -13,7 +13,7 @@
 namespace fa2 {
 
 template <typename Elem, int kHeadDim>
-cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)
+cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
     using Tr = BwdTraits<Elem, kHeadDim>;
     const fa2_fwd_params_t &f = p.fwd;
@@ -30,6 +30,7 @@ cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)
             (err = launch(dkdv_kernel<Tr, true>, dkdv_grid, Tr::kThreads, Tr::kAtomicSmemBytes,
                           stream, p)) != cudaSuccess)
             return err;
+        outputs_queued = true;
         return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
                       32 * kDotWarps, 0, stream, p);
     }
@@ -40,6 +41,7 @@ cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream)
         (err = launch(dkdv_kernel<Tr, false>, dkdv_grid, Tr::kThreads, Tr::kDkdvSmemBytes,
                       stream, p)) != cudaSuccess)
         return err;
+    outputs_queued = true;
     return launch(dq_kernel<Tr>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
 }
 

@@ -16,7 +16,7 @@
 namespace fa2 {
 
 template <typename Elem, int kHeadDim>
-cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream)
+cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
     const fa2_fwd_params_t &f = p.fwd;
     constexpr bool kSplit = BwdSm90Tile<kHeadDim>::kSplit;
@@ -36,6 +36,7 @@ cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream)
             (err = launch(dkdv_sm90_split_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream,
                           p)) != cudaSuccess)
             return err;
+        outputs_queued = true;
     } else {
         using Tr = BwdSm90Traits<Elem, kHeadDim>;
         const int64_t grid = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * f.heads_kv * f.batch;
@@ -46,6 +47,7 @@ cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream)
                           32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
             (err = launch(dkdv, grid, Tr::kThreads, Tr::kSmemBytes, stream, p)) != cudaSuccess)
             return err;
+        outputs_queued = true;
         if (atomic)
             return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
                           32 * kDotWarps, 0, stream, p);

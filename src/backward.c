@@ -83,7 +83,7 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
 {
     fa2_bwd_params_t p;
     fa2_status_t s;
-    int e;
+    int e, outputs_queued = 0;
 
     fa2_clear_error();
     if (!plan)
@@ -134,10 +134,13 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
         p.dq_accum = (float *)((char *)workspace + (rows * 4 + 255) / 256 * 256);
     }
 
-    e = fa2_bwd_launch(&p, stream);
+    e = fa2_bwd_launch(&p, stream, &outputs_queued);
     if (e != 0)
-        return fa2_fail(FA2_ERROR_CUDA, "backward kernel launch (head_dim=%d, %s): %s",
+        return fa2_fail(FA2_ERROR_CUDA, "backward kernel launch (head_dim=%d, %s): %s%s",
                         (int)p.fwd.head_dim, p.fwd.is_bf16 ? "bf16" : "fp16",
-                        cudaGetErrorString((cudaError_t)e));
+                        cudaGetErrorString((cudaError_t)e),
+                        outputs_queued ? "; a kernel writing dq, dk, dv was already queued, "
+                                         "so they may be partly written"
+                                       : "");
     return FA2_SUCCESS;
 }

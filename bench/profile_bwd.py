@@ -6,12 +6,17 @@ each a few times on the same random inputs (16k tokens, hidden 2048, bf16).
         python3 bench/profile_bwd.py --lib build/libfa2.so --d 64 --seqlen 1024 --causal 1
 """
 import argparse
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sdpa_compare import Fa2Forward, load_library
+# python/fa2.py, the one ctypes binding; sdpa_compare's Fa2Forward runs its Plan.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import fa2 as fa2lib  # noqa: E402
+from sdpa_compare import Fa2Forward  # noqa: E402
 
 
 def main():
@@ -29,7 +34,7 @@ def main():
     q, k, v, d_o = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(4))
     backends = args.backends.split(",")
     if "fa2" in backends:
-        fa2 = Fa2Forward(load_library(args.lib), q, k, causal)
+        fa2 = Fa2Forward(fa2lib.load_library(args.lib), q, k, causal)
         o = torch.empty_like(q)
         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
         fa2(q, k, v, o, lse)

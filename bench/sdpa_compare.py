@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """libfa2 forward next to PyTorch SDPA (flash, cudnn) in one process.
 
-Loads libfa2.so through ctypes, exactly as an FFI user would, makes inputs with torch,
+Loads libfa2.so through python/fa2.py (the ctypes binding), makes inputs with torch,
 checks libfa2's output against SDPA's, and times every backend on the same tensors
 (CUDA events, warm-up, median over >= 30 runs, inputs rotated so L2 does not hold
 them). Prints a table and writes CSV.
@@ -9,7 +9,6 @@ them). Prints a table and writes CSV.
     python3 bench/sdpa_compare.py --lib build/libfa2.so [--csv out.csv] [--quick]
 """
 import argparse
-import ctypes
 import math
 import os
 import statistics
@@ -19,92 +18,36 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-FA2_DTYPE = {torch.float16: 1, torch.bfloat16: 2}
-
-
-class Problem(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t), ("dtype", ctypes.c_int),
-                ("causal", ctypes.c_int32)] + \
-               [(n, ctypes.c_int64) for n in ("batch", "seqlen_q", "seqlen_k", "heads_q",
-                                              "heads_kv", "head_dim", "window_left",
-                                              "window_right")] + \
-               [("softmax_scale", ctypes.c_float), ("reserved0", ctypes.c_int32)] + \
-               [(f"{t}_{s}_stride", ctypes.c_int64) for t in "qkvo"
-                for s in ("batch", "seq", "head")] + \
-               [("deterministic", ctypes.c_int32), ("reserved1", ctypes.c_int32)]
-
-
-class DeviceInfo(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t), ("cc_major", ctypes.c_int32),
-                ("cc_minor", ctypes.c_int32), ("sm_count", ctypes.c_int32),
-                ("reserved0", ctypes.c_int32), ("smem_per_block_optin", ctypes.c_int64),
-                ("smem_per_sm", ctypes.c_int64)]
-
-
-class Plan(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t), ("problem", Problem),
-                ("sram_elements", ctypes.c_int64), ("seed_br", ctypes.c_int64),
-                ("seed_bc", ctypes.c_int64)] + \
-               [(n, ctypes.c_int32) for n in ("block_m", "block_n", "block_m_rule",
-                                              "block_n_rule", "head_dim_bucket", "warps")] + \
-               [(n, ctypes.c_int64) for n in ("grid_blocks", "smem_bytes", "workspace_bytes")] + \
-               [(n, ctypes.c_int32) for n in ("bwd_block_n", "bwd_block_m", "bwd_dq_block_m",
-                                              "bwd_dq_block_n")] + \
-               [("bwd_smem_bytes", ctypes.c_int64), ("bwd_workspace_bytes", ctypes.c_int64),
-                ("bwd_supported", ctypes.c_int32), ("bwd_status", ctypes.c_int32)]
+# python/fa2.py holds the only mirror of the C structs.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import fa2 as fa2lib  # noqa: E402
 
 
 def load_library(path):
-    lib = ctypes.CDLL(path)
-    lib.fa2_backward.argtypes = [ctypes.POINTER(Plan)] + [ctypes.c_void_p] * 10 + \
-                                [ctypes.c_size_t, ctypes.c_void_p]
-    lib.fa2_last_error.restype = ctypes.c_char_p
-    lib.fa2_problem_init.argtypes = [ctypes.POINTER(Problem), ctypes.c_int] + [ctypes.c_int64] * 6
-    lib.fa2_device_info_query.argtypes = [ctypes.c_int, ctypes.POINTER(DeviceInfo)]
-    lib.fa2_plan.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(DeviceInfo),
-                             ctypes.POINTER(Plan)]
-    lib.fa2_forward.argtypes = [ctypes.POINTER(Plan)] + [ctypes.c_void_p] * 5 + \
-                               [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    return lib
-
-
-def check(lib, status, what):
-    if status != 0:
-        raise RuntimeError(f"{what}: status {status}: {lib.fa2_last_error().decode()}")
+    """The fa2.Library for libfa2.so at `path`."""
+    return fa2lib.load_library(path)
 
 
 class Fa2Forward:
-    """A planned libfa2 forward for BSHD torch tensors q [b, s, h, d], k/v [b, s, hkv, d]."""
+    """A planned libfa2 forward (and backward) for BSHD torch tensors q [b, s, h, d],
+    k/v [b, s, hkv, d]: an fa2.Plan called on raw device pointers, so that a timed call
+    is the C call and little else."""
 
     def __init__(self, lib, q, k, causal, deterministic=False):
-        self.lib = lib
-        b, sq, hq, d = q.shape
-        sk, hkv = k.shape[1], k.shape[2]
-        prob = Problem()
-        lib.fa2_problem_init(ctypes.byref(prob), FA2_DTYPE[q.dtype], b, sq, sk, hq, hkv, d)
-        prob.causal = int(causal)
-        prob.deterministic = int(deterministic)
-        info = DeviceInfo()
-        check(lib, lib.fa2_device_info_query(torch.cuda.current_device(), ctypes.byref(info)),
-              "fa2_device_info_query")
-        self.plan = Plan()
-        check(lib, lib.fa2_plan(ctypes.byref(prob), ctypes.byref(info), ctypes.byref(self.plan)),
-              "fa2_plan")
+        problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=causal,
+                                      deterministic=deterministic, lib=lib)
+        self.plan = lib.plan(problem, torch.cuda.current_device())
 
     def __call__(self, q, k, v, o, lse=None):
-        stream = torch.cuda.current_stream().cuda_stream
-        check(self.lib, self.lib.fa2_forward(ctypes.byref(self.plan), q.data_ptr(), k.data_ptr(),
-                                             v.data_ptr(), o.data_ptr(),
-                                             lse.data_ptr() if lse is not None else None,
-                                             None, 0, stream), "fa2_forward")
+        self.plan.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                          lse.data_ptr() if lse is not None else None,
+                          stream=torch.cuda.current_stream().cuda_stream)
 
     def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, workspace):
-        stream = torch.cuda.current_stream().cuda_stream
-        check(self.lib, self.lib.fa2_backward(ctypes.byref(self.plan), q.data_ptr(), k.data_ptr(),
-                                              v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
-                                              lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                                              dv.data_ptr(), workspace.data_ptr(),
-                                              workspace.numel(), stream), "fa2_backward")
+        self.plan.backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                           d_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                           dv.data_ptr(), workspace.data_ptr(), workspace.numel(),
+                           stream=torch.cuda.current_stream().cuda_stream)
 
 
 def flops_forward(b, h, sq, sk, d, causal):

@@ -16,8 +16,10 @@ stride, which is 1; LSE float32 [batch, heads_q, seqlen_q], contiguous.
 Every non-zero fa2_status_t raises a subclass of Fa2Error carrying the status code and
 the library's own message (fa2_last_error()), e.g. Fa2UnsupportedHeadDim("fa2_plan:
 head_dim=300 is not supported (multiples of 8 from 8 to 256)"). Problems the binding
-itself detects before calling the library (tensor shapes that disagree) raise
-Fa2ShapeError, also a ValueError.
+itself detects before calling the library (tensor shapes, dtypes or devices that
+disagree, a tensor its storage cannot hold) raise Fa2ShapeError, also a ValueError; an
+output tensor whose strides repeat an address raises Fa2Overlap, one with strides the
+library refuses Fa2BadStride, both naming the argument.
 
 The library is found, in this order: the FA2_LIBRARY environment variable (a file, or
 a directory holding libfa2.so), the install prefix this file sits in
@@ -39,7 +41,8 @@ __all__ = [
     "Fa2Error", "Fa2ShapeError", "Fa2LibraryNotFound", "Problem", "DeviceInfo", "Plan",
     "Library", "load_library", "library", "version", "status_string", "device_info",
     "make_device_info", "make_problem", "plan", "forward", "backward", "attention",
-    "DTYPE_FP16", "DTYPE_BF16",
+    "DTYPE_FP16", "DTYPE_BF16", "MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
+    "STRUCT_MIRRORS", "plan_for", "repeats_addresses",
 ]
 
 # ---------------------------------------------------------------------------------
@@ -66,8 +69,17 @@ STATUS_NAMES = {
     14: "FA2_ERROR_WORKSPACE",
     15: "FA2_ERROR_NO_DEVICE",
     16: "FA2_ERROR_CUDA",
+    17: "FA2_ERROR_OVERLAP",
+    18: "FA2_ERROR_BAD_PLAN",
+    19: "FA2_ERROR_DEVICE_MISMATCH",
+    20: "FA2_ERROR_RESERVED",
 }
 globals().update({name: code for code, name in STATUS_NAMES.items()})
+
+# Limits fa2_plan enforces (FA2_MAX_* in include/fa2.h).
+MAX_SEQLEN = 1 << 30         # seqlen_q, seqlen_k
+MAX_WINDOW = 2147483647      # window_left, window_right
+MAX_SOFTMAX_SCALE = 65536.0  # softmax_scale
 
 
 # ---------------------------------------------------------------------------------
@@ -117,18 +129,25 @@ Fa2SharedMemory = _status_class(13, "Fa2SharedMemory", "tiles do not fit shared 
 Fa2Workspace = _status_class(14, "Fa2Workspace", "workspace missing or too small")
 Fa2NoDevice = _status_class(15, "Fa2NoDevice", "no CUDA device, or a bad device index")
 Fa2CudaError = _status_class(16, "Fa2CudaError", "the CUDA runtime reported an error")
+Fa2Overlap = _status_class(17, "Fa2Overlap", "an output overlaps an input, another output "
+                           "or itself (a layout with repeated addresses)")
+Fa2BadPlan = _status_class(18, "Fa2BadPlan", "the plan was changed after fa2_plan made it")
+Fa2DeviceMismatch = _status_class(19, "Fa2DeviceMismatch",
+                                  "the current device is not the one the plan was made for")
+Fa2Reserved = _status_class(20, "Fa2Reserved", "a reserved field is not zero")
 
 _EXCEPTIONS = {cls.status: cls for cls in (
     Fa2NullPointer, Fa2StructSize, Fa2InvalidSize, Fa2SizeOverflow, Fa2UnsupportedDtype,
     Fa2UnsupportedHeadDim, Fa2HeadsMismatch, Fa2BadStride, Fa2Misaligned, Fa2BadWindow,
     Fa2BadScale, Fa2UnsupportedDevice, Fa2SharedMemory, Fa2Workspace, Fa2NoDevice,
-    Fa2CudaError)}
+    Fa2CudaError, Fa2Overlap, Fa2BadPlan, Fa2DeviceMismatch, Fa2Reserved)}
 __all__ += [cls.__name__ for cls in _EXCEPTIONS.values()]
 
 
 class Fa2ShapeError(Fa2Error, ValueError):
     """The binding refused the call before reaching libfa2: tensor shapes, dtypes or
-    devices that disagree, or a head_dim stride other than 1."""
+    devices that disagree, a head_dim stride other than 1, or a tensor whose strides
+    reach past its storage."""
 
 
 class Fa2LibraryNotFound(Fa2Error, OSError):
@@ -176,12 +195,19 @@ class PlanStruct(ctypes.Structure):
                                        "bwd_dq_block_n")]
                 + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
                    ("bwd_supported", _i32), ("bwd_status", _i32),
-                   ("fwd_arch", _i32), ("bwd_arch", _i32)])
+                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("device", DeviceInfo)])
+
+
+# Every struct mirror of this module, by its C name: tests/test_python_ffi.py checks each
+# one's size and field offsets against the C compiler's.
+STRUCT_MIRRORS = {"fa2_problem_t": Problem, "fa2_device_info_t": DeviceInfo,
+                  "fa2_plan_t": PlanStruct}
 
 
 def _struct_repr(s):
-    fields = ", ".join(f"{n}={getattr(s, n)!r}" for n, _ in s._fields_
-                       if not n.startswith("reserved") and n != "problem")
+    # Nested structs (plan.problem, plan.device) have their own repr.
+    fields = ", ".join(f"{n}={getattr(s, n)!r}" for n, t in s._fields_
+                       if not n.startswith("reserved") and not issubclass(t, ctypes.Structure))
     return f"{type(s).__name__}({fields})"
 
 
@@ -242,11 +268,22 @@ class Library:
         # The mirrors must match the library's layout (the library writes struct_size).
         probe = Problem()
         c.fa2_problem_init(ctypes.byref(probe), DTYPE_BF16, 1, 1, 1, 1, 1, 64)
-        if probe.struct_size != ctypes.sizeof(Problem):
+        self._check_mirror("fa2_problem_t", probe.struct_size, Problem)
+        # fa2_plan writes a whole fa2_plan_t: probe it into a buffer with room to spare,
+        # so that a library whose plan is larger than the mirror cannot write past it.
+        room = (ctypes.c_char * (ctypes.sizeof(PlanStruct) + 4096))()
+        a100 = make_device_info(8, 0, 108, 166912, 167936)
+        if c.fa2_plan(ctypes.byref(probe), ctypes.byref(a100),
+                      ctypes.cast(room, ctypes.POINTER(PlanStruct))) == 0:
+            self._check_mirror("fa2_plan_t", ctypes.c_size_t.from_buffer(room).value,
+                               PlanStruct)
+
+    def _check_mirror(self, c_name, library_size, mirror):
+        if library_size != ctypes.sizeof(mirror):
             raise Fa2LibraryNotFound(
-                f"{path}: fa2_problem_t is {probe.struct_size} bytes in the library, "
-                f"{ctypes.sizeof(Problem)} in fa2.py (library version {self.version_string()}):"
-                " use the fa2.py of the same release")
+                f"{self.path}: {c_name} is {library_size} bytes in the library, "
+                f"{ctypes.sizeof(mirror)} in fa2.py (library version "
+                f"{self.version_string()}): use the fa2.py of the same release")
 
     # -- plain calls --------------------------------------------------------------
     def version(self):
@@ -539,6 +576,56 @@ _PLAN_CACHE_MAX = 256
 _plan_cache = {}
 
 
+# ---------------------------------------------------------------------------------
+# Layout arithmetic on shapes and strides (no torch needed).
+# ---------------------------------------------------------------------------------
+def repeats_addresses(shape, strides):
+    """True when two elements of a strided layout may share an address: a dim of
+    extent > 1 has stride 0, or, with the dims sorted by stride, a stride does not
+    clear the offsets the smaller ones reach. A layout with no elements repeats
+    nothing. Exact for dense tensors and their permutations, slices and expansions;
+    the rare interleaved layout it flags without a real repeat is treated as repeating."""
+    if any(int(n) == 0 for n in shape):
+        return False
+    reach = 0  # the largest offset the dims taken so far reach
+    for stride, n in sorted((int(st), int(n)) for n, st in zip(shape, strides) if int(n) > 1):
+        if stride <= reach:
+            return True
+        reach += (n - 1) * stride
+    return False
+
+
+def _extent(shape, strides):
+    """Elements from the first to one past the last one the strides reach (0 if none)."""
+    if any(int(n) == 0 for n in shape):
+        return 0
+    return 1 + sum((int(n) - 1) * int(st) for n, st in zip(shape, strides))
+
+
+def _dense_strides(shape):
+    """The strides of a contiguous tensor of `shape` (torch's rule: size-0 and size-1
+    dims count as 1)."""
+    out, step = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+# ---------------------------------------------------------------------------------
+# Tensor checks. Every one runs before the first C call, so a refused call writes
+# nothing.
+# ---------------------------------------------------------------------------------
+def _check_storage(name, t):
+    """t's storage must hold every element t's strides reach: the C kernels read or
+    write all of them (a storage resized smaller under a view, as
+    untyped_storage().resize_(0) does, would be accessed past its end)."""
+    end = (t.storage_offset() + _extent(t.shape, t.stride())) * t.element_size()
+    if t.numel() and end > t.untyped_storage().nbytes():
+        raise Fa2ShapeError(f"{name}: its strides reach {end} bytes into its storage, "
+                            f"which holds {t.untyped_storage().nbytes()}")
+
+
 def _check_tensors(q, k, v):
     torch = _torch()
     for n, t in (("q", q), ("k", k), ("v", v)):
@@ -548,10 +635,88 @@ def _check_tensors(q, k, v):
             raise Fa2ShapeError(f"{n} is on {t.device}, not on a CUDA device")
         if t.dtype not in (torch.float16, torch.bfloat16):
             raise Fa2ShapeError(f"{n} has dtype {t.dtype}: fp16 or bf16 only")
+        if t.dim() != 4:
+            raise Fa2ShapeError(f"{n} has shape {tuple(t.shape)}: expected 4 dims "
+                                "[batch, seqlen, heads, head_dim]")
     if not (q.dtype == k.dtype == v.dtype):
         raise Fa2ShapeError(f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}")
     if not (q.device == k.device == v.device):
         raise Fa2ShapeError(f"devices differ: q {q.device}, k {k.device}, v {v.device}")
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        _check_storage(n, t)
+
+
+def _check_like(name, t, shape, dtype, device):
+    """t is a torch tensor of `shape` and `dtype` on `device`, within its storage."""
+    torch = _torch()
+    if not isinstance(t, torch.Tensor):
+        raise Fa2ShapeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
+    if t.device != device:
+        raise Fa2ShapeError(f"{name} is on {t.device}, q on {device}: they must match")
+    if t.dtype != dtype:
+        raise Fa2ShapeError(f"{name} has dtype {t.dtype}, expected {dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise Fa2ShapeError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+    _check_storage(name, t)
+
+
+def _check_distinct(name, t):
+    """An output needs one address per element: repeated ones would race."""
+    if repeats_addresses(t.shape, t.stride()):
+        raise Fa2Overlap(f"{name}: strides {t.stride()} give several elements of shape "
+                         f"{tuple(t.shape)} one address; an output needs one address "
+                         "per element")
+
+
+def _check_output(name, t, shape, dtype, device):
+    """An output the C call writes with t's own strides (forward's out=): the layout
+    fa2_plan accepts for O, checked here so that the message names the argument."""
+    _check_like(name, t, shape, dtype, device)
+    strides = t.stride()
+    if strides[-1] != 1:
+        raise Fa2ShapeError(f"{name}: the head_dim stride is {strides[-1]}, it must be 1")
+    if any(s < 0 or s % 8 for s in strides[:-1]):
+        raise Fa2BadStride(f"{name}: strides {strides} are not all non-negative "
+                           "multiples of 8 elements (16-byte rows)")
+    _check_distinct(name, t)
+
+
+def _lse_shape(q):
+    return (q.shape[0], q.shape[2], q.shape[1])
+
+
+def _check_lse(name, t, q):
+    """The LSE: float32 [batch, heads_q, seqlen_q], contiguous, on q's device."""
+    if t is None:
+        raise Fa2ShapeError(f"{name} is None: pass the forward's LSE "
+                            "(forward(..., return_lse=True))")
+    _check_like(name, t, _lse_shape(q), _torch().float32, q.device)
+    if not t.is_contiguous():
+        raise Fa2ShapeError(f"{name} has strides {t.stride()}: it must be contiguous "
+                            "[batch, heads_q, seqlen_q]")
+
+
+def _check_gradient(name, g, t):
+    """A caller-given dq, dk or dv for input t: t's shape, dtype and device, one
+    address per element, and the strides the backward writes it with: t's, or those of
+    t.contiguous() when t's repeat an address (backward() then passes that copy)."""
+    _check_like(name, g, t.shape, t.dtype, t.device)
+    _check_distinct(name, g)
+    written = _dense_strides(t.shape) if repeats_addresses(t.shape, t.stride()) \
+        else t.stride()
+    if g.stride() != written:
+        whose = f"{name[1:]}'s" if written == t.stride() else \
+            f"those of {name[1:]}.contiguous(), as {name[1:]} repeats addresses"
+        raise Fa2ShapeError(f"{name} has strides {g.stride()}; the backward writes it "
+                            f"with {whose}: {written}")
+
+
+def _as_c_input(q, t):
+    """The tensor whose pointer and strides describe input K or V to the library.
+    With seqlen_k = 0 K and V have no elements (data_ptr() may be 0), but the C API
+    wants non-NULL k and v: Q stands in for them. The kernels read nothing from K/V
+    when seqlen_k = 0, and the extent so described lies inside Q's."""
+    return q if t.shape[1] == 0 else t
 
 
 def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=None,
@@ -560,14 +725,15 @@ def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=No
     The backward uses the same plan: dO has O's strides, dQ Q's, dK K's, dV V's."""
     lib = lib or library()
     o_shape, o_strides = (tuple(q.shape), None) if o is None else (tuple(o.shape), o.stride())
+    k_strides, v_strides = _as_c_input(q, k).stride(), _as_c_input(q, v).stride()
     key = (id(lib), q.device.index, str(q.dtype), tuple(q.shape), q.stride(), tuple(k.shape),
-           k.stride(), tuple(v.shape), v.stride(), o_shape, o_strides, bool(causal),
+           k_strides, tuple(v.shape), v_strides, o_shape, o_strides, bool(causal),
            tuple(window), softmax_scale, bool(deterministic))
     p = _plan_cache.get(key)
     if p is None:
         problem = make_problem(q.dtype, q.shape, k.shape, v.shape, o_shape,
-                               q_strides=q.stride(), k_strides=k.stride(),
-                               v_strides=v.stride(), o_strides=o_strides, causal=causal,
+                               q_strides=q.stride(), k_strides=k_strides,
+                               v_strides=v_strides, o_strides=o_strides, causal=causal,
                                window=window, softmax_scale=softmax_scale,
                                deterministic=deterministic, lib=lib)
         p = lib.plan(problem, q.device.index)
@@ -586,53 +752,73 @@ def _empty_as(t):
 
 
 def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=None,
-            return_lse=False, deterministic=False, lib=None):
+            lse=None, return_lse=False, deterministic=False, lib=None):
     """Attention forward on torch tensors: q [b, sq, hq, d], k/v [b, sk, hkv, d] (BSHD
-    views, any strides with head_dim stride 1). Runs on the current stream of q's
-    device. Returns o (like q, or `out`), and lse float32 [b, hq, sq] when
-    return_lse=True."""
+    views, any strides with head_dim stride 1; sk may be 0). Runs on the current
+    stream of q's device. Returns o (new, or `out`), and the LSE float32 [b, hq, sq]
+    (new, or `lse`) when return_lse=True or `lse` is given. `out` must have q's
+    shape, dtype and device, a head_dim stride of 1, other strides multiples of 8 and
+    one address per element; `lse` must be contiguous float32 on q's device. Checked
+    before any C call: a refused call writes nothing."""
     torch = _torch()
     _check_tensors(q, k, v)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    else:
+        _check_output("out", out, q.shape, q.dtype, q.device)
+    if lse is not None:
+        _check_lse("lse", lse, q)
+        return_lse = True
+    elif return_lse:
+        lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     p = plan_for(q, k, v, out, causal=causal, window=window, softmax_scale=softmax_scale,
                  deterministic=deterministic, lib=lib)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32,
-                      device=q.device) if return_lse else None
     with torch.cuda.device(q.device):
-        p.forward(q, k, v, out, lse, stream=torch.cuda.current_stream(q.device))
+        p.forward(q, _as_c_input(q, k), _as_c_input(q, v), out, lse,
+                  stream=torch.cuda.current_stream(q.device))
     return (out, lse) if return_lse else out
 
 
 def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_scale=None,
              deterministic=False, dq=None, dk=None, dv=None, lib=None):
-    """Attention backward on torch tensors: returns (dq, dk, dv), with q's, k's and v's
-    strides. `o` and `lse` come from forward(..., return_lse=True) with the same
-    options. dO is copied to O's strides when its own differ."""
+    """Attention backward on torch tensors: returns (dq, dk, dv) shaped like q, k, v.
+    `o` and `lse` come from forward(..., return_lse=True) with the same options; o and
+    d_o have q's shape, dtype and device. dO is copied to O's strides when its own
+    differ.
+
+    fa2_backward writes dQ, dK, dV with Q's, K's and V's strides. An input whose
+    strides repeat an address (an expanded tensor, e.g. k0.expand(2, ...)) goes to the
+    library as a contiguous copy, and its gradient is a full-shape tensor with the
+    copy's strides: sum it over the broadcast dims (autograd does, for expand). A
+    given dq, dk or dv must have the strides the library writes (its input's, or the
+    copy's) and one address per element, else Fa2Overlap / Fa2ShapeError before any C
+    call. With seqlen_k = 0, dq is zero and dk, dv have no elements."""
     torch = _torch()
     _check_tensors(q, k, v)
-    p = plan_for(q, k, v, o, causal=causal, window=window, softmax_scale=softmax_scale,
-                 deterministic=deterministic, lib=lib)
-    if d_o.shape != o.shape:
-        raise Fa2ShapeError(f"d_o has shape {tuple(d_o.shape)}, o has {tuple(o.shape)}")
-    if d_o.dtype != o.dtype:
-        d_o = d_o.to(o.dtype)
+    _check_like("o", o, q.shape, q.dtype, q.device)
+    _check_like("d_o", d_o, q.shape, q.dtype, q.device)
+    _check_lse("lse", lse, q)
+    for name, g, t in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        if g is not None:
+            _check_gradient(name, g, t)
+    # Checks done. Inputs that repeat addresses go as contiguous copies (only those).
+    q_c, k_c, v_c = (t.contiguous() if repeats_addresses(t.shape, t.stride()) else t
+                     for t in (q, k, v))
+    p = plan_for(q_c, k_c, v_c, o, causal=causal, window=window,
+                 softmax_scale=softmax_scale, deterministic=deterministic, lib=lib)
+    dq = _empty_as(q_c) if dq is None else dq
+    dk = _empty_as(k_c) if dk is None else dk
+    dv = _empty_as(v_c) if dv is None else dv
+    if k.shape[1] == 0:
+        # No key: dQ = 0 and dK, dV are empty. fa2_backward would need non-NULL dK and
+        # dV pointers that overlap nothing, for no work: not called.
+        return dq.zero_(), dk, dv
     if d_o.stride() != o.stride():
         d_o = _empty_as(o).copy_(d_o)
-    if lse is None or lse.dtype != torch.float32 or not lse.is_contiguous() or \
-            tuple(lse.shape) != (q.shape[0], q.shape[2], q.shape[1]):
-        raise Fa2ShapeError("lse must be the forward's float32 [batch, heads_q, seqlen_q] "
-                            "contiguous tensor (forward(..., return_lse=True))")
-    dq = _empty_as(q) if dq is None else dq
-    dk = _empty_as(k) if dk is None else dk
-    dv = _empty_as(v) if dv is None else dv
-    for n, g, t in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
-        if g.shape != t.shape or g.stride() != t.stride() or g.dtype != t.dtype:
-            raise Fa2ShapeError(f"{n} must have the shape, strides and dtype of {n[1:]}")
     workspace = torch.empty(max(int(p.bwd_workspace_bytes), 16), dtype=torch.uint8,
                             device=q.device)
     with torch.cuda.device(q.device):
-        p.backward(q, k, v, o, d_o, lse, dq, dk, dv, workspace,
+        p.backward(q_c, k_c, v_c, o, d_o, lse, dq, dk, dv, workspace,
                    stream=torch.cuda.current_stream(q.device))
     return dq, dk, dv
 
@@ -649,7 +835,9 @@ def _attention_function():
 
     class Fa2AttentionFunction(torch.autograd.Function):
         """o = attention(q, k, v): the forward saves O and the LSE, the backward calls
-        fa2_backward with a workspace of plan.bwd_workspace_bytes."""
+        fa2_backward with a workspace of plan.bwd_workspace_bytes. An input whose
+        strides repeat an address (expanded) gets a full-shape gradient from a
+        contiguous copy, which autograd then sums over the broadcast dims."""
 
         @staticmethod
         def forward(ctx, q, k, v, causal, window, softmax_scale, deterministic):
@@ -676,7 +864,8 @@ def attention(q, k, v, causal=False, *, window=(-1, -1), softmax_scale=None,
     """softmax(scale * q k^T + mask) v on BSHD torch tensors, differentiable.
     q [b, sq, hq, d], k/v [b, sk, hkv, d], hq a multiple of hkv (GQA/MQA). Causal
     masks are bottom-right aligned when sq != sk (FlashAttention-2 >= 2.1). Tensors
-    whose head_dim stride is not 1 are made contiguous first."""
+    whose head_dim stride is not 1 are made contiguous first. Broadcast (expanded)
+    inputs get correct gradients; sk = 0 gives o = 0 and dq = 0."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return _attention_function().apply(q, k, v, bool(causal), tuple(window), softmax_scale,
                                        bool(deterministic))

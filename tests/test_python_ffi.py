@@ -1,22 +1,38 @@
 #!/usr/bin/env python3
-"""The ctypes binding (python/fa2.py) without a GPU: loading, struct layouts, and the
-error paths through ctypes — each status arrives as its Fa2Error subclass carrying the
-library's own message.
+"""The ctypes binding (python/fa2.py) without a GPU: loading, struct layouts (sizes and
+field offsets against the C compiler's), and the error paths through ctypes — each
+status arrives as its Fa2Error subclass carrying the library's own message — plus the
+binding's own checks of tensors and layouts, made before any C call.
 
     FA2_LIBRARY=build/libfa2.so python3 tests/test_python_ffi.py
 
 Registered with ctest as fa2_python_ffi (label cpu). Needs no torch and no GPU; on a
 GPU machine it runs too (no kernel is launched: every call fails before a launch).
+Where torch is importable, the tensor checks also run on CPU tensors (no CUDA used);
+without torch those cases skip. The layout test compiles a small C program with $CC
+(default cc) and skips without one.
 """
 import ctypes
+import glob
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+HEADER = os.path.join(REPO, "include", "fa2.h")
+sys.path.insert(0, os.path.join(REPO, "python"))
 import fa2  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
 
 # An H100/H200 described by hand: fa2_plan is pure host code.
 H200 = dict(cc_major=9, cc_minor=0, sm_count=132, smem_per_block_optin=232448,
@@ -32,6 +48,14 @@ def problem(**kw):
     shapes = dict(q_shape=(2, 256, 8, 64), k_shape=(2, 256, 2, 64))
     shapes.update(kw)
     return fa2.make_problem("bf16", **shapes)
+
+
+def header_text(test):
+    """include/fa2.h without its comments (skips the test when the header is absent)."""
+    if not os.path.exists(HEADER):
+        test.skipTest("include/fa2.h not next to this test")
+    with open(HEADER) as f:
+        return re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
 
 
 class Loading(unittest.TestCase):
@@ -52,19 +76,65 @@ class Loading(unittest.TestCase):
     def test_struct_fields_match_header(self):
         # Same names in the same order as include/fa2.h: equal sizes alone would not
         # catch a renamed field (the Problem mirror once ended in "bwd_arch").
-        header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include",
-                              "fa2.h")
-        if not os.path.exists(header):
-            self.skipTest("include/fa2.h not next to this test")
-        with open(header) as f:
-            text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
-        for mirror, c_name in ((fa2.Problem, "fa2_problem_t"), (fa2.DeviceInfo,
-                               "fa2_device_info_t"), (fa2.PlanStruct, "fa2_plan_t")):
+        text = header_text(self)
+        for c_name, mirror in fa2.STRUCT_MIRRORS.items():
             body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (c_name, c_name), text,
                              re.S).group(1)
             names = [n.strip() for decl in body.split(";") if decl.strip()
                      for n in decl.split(None, 1)[1].split(",")]
             self.assertEqual([n for n, _ in mirror._fields_], names, c_name)
+
+    def test_every_mirror_is_listed(self):
+        # Every struct of the header has a mirror in STRUCT_MIRRORS, every mirror the
+        # module declares is listed there (so the layout test covers it), and no other
+        # Python file of the tree declares one of its own (bench/ once had a stale,
+        # shorter plan that fa2_plan wrote past).
+        c_structs = re.findall(r"typedef struct (\w+) \{", header_text(self))
+        self.assertEqual(sorted(c_structs), sorted(fa2.STRUCT_MIRRORS))
+        declared = {v for v in vars(fa2).values()
+                    if isinstance(v, type) and issubclass(v, (ctypes.Structure, ctypes.Union))}
+        self.assertEqual(declared, set(fa2.STRUCT_MIRRORS.values()))
+        own = os.path.realpath(fa2.__file__)
+        for path in glob.glob(os.path.join(REPO, "**", "*.py"), recursive=True):
+            if os.path.realpath(path) == own or os.sep + "build" in path[len(REPO):]:
+                continue
+            with open(path, errors="replace") as f:
+                found = re.findall(r"class \w+\((?:ctypes\.)?(?:Structure|Union)\)", f.read())
+            self.assertEqual(found, [], f"{path} declares its own ctypes struct: "
+                             "import python/fa2.py instead")
+
+    def test_struct_layout_matches_c(self):
+        # sizeof and every field's offset and size, nested structs included, as the C
+        # compiler lays out include/fa2.h.
+        cc = shutil.which(os.environ.get("CC") or "cc")
+        if not cc or not os.path.exists(HEADER):
+            self.skipTest("no C compiler or no include/fa2.h")
+        lines, expected = [], {}
+        for c_name, mirror in fa2.STRUCT_MIRRORS.items():
+            lines.append(f'printf("{c_name} sizeof %zu %zu\\n", sizeof({c_name}), '
+                         f'_Alignof({c_name}));')
+            expected[f"{c_name} sizeof"] = (ctypes.sizeof(mirror), ctypes.alignment(mirror))
+            for field, _ in mirror._fields_:
+                lines.append(f'printf("{c_name} {field} %zu %zu\\n", offsetof({c_name}, '
+                             f'{field}), sizeof((({c_name} *)0)->{field}));')
+                desc = getattr(mirror, field)
+                expected[f"{c_name} {field}"] = (desc.offset, desc.size)
+        src = ("#include <stddef.h>\n#include <stdio.h>\n#include \"fa2.h\"\n"
+               "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "layout.c"), "w") as f:
+                f.write(src)
+            exe = os.path.join(tmp, "layout")
+            subprocess.run([cc, "-std=c11", "-I", os.path.dirname(HEADER), "-o", exe,
+                            os.path.join(tmp, "layout.c")], check=True, env=env)
+            out = subprocess.run([exe], check=True, env=env, capture_output=True,
+                                 text=True).stdout
+        got = {}
+        for line in out.splitlines():
+            c_name, field, a, b = line.split()
+            got[f"{c_name} {field}"] = (int(a), int(b))
+        self.assertEqual(got, expected)
 
     def test_explicit_path_and_missing_path(self):
         lib = fa2.load_library(fa2.library().path)
@@ -102,6 +172,34 @@ class Planning(unittest.TestCase):
                 self.assertEqual(plan.bwd_arch, default_bwd_arch)
             self.assertIn(f"fwd_arch={plan.fwd_arch}, bwd_arch={plan.bwd_arch}", repr(plan))
         self.assertNotIn("arch", repr(plan.problem))
+
+    def test_plan_records_its_device(self):
+        plan = fa2.plan(problem(), device())
+        self.assertEqual(plan.device.struct_size, ctypes.sizeof(fa2.DeviceInfo))
+        for field, value in H200.items():
+            self.assertEqual(getattr(plan.device, field), value, field)
+        self.assertNotIn("device", repr(plan))  # nested structs keep their own repr
+
+    def test_seqlen_k_0_plans(self):
+        # Empty K/V are accepted (O = 0, LSE = -inf); torch's strides for them are fine.
+        plan = fa2.plan(problem(k_shape=(2, 0, 2, 64)), device())
+        self.assertEqual(plan.problem.seqlen_k, 0)
+
+    def test_repeated_addresses_in_o_refused(self):
+        # O with a zero batch stride: two batches would write one address.
+        st = (0, 8 * 64, 64, 1)
+        self.assertTrue(fa2.repeats_addresses((2, 256, 8, 64), st))
+        with self.assertRaises(fa2.Fa2Overlap) as cm:
+            fa2.plan(problem(o_strides=st), device())
+        self.assertEqual(cm.exception.function, "fa2_plan")
+
+    def test_broadcast_inputs_have_no_backward(self):
+        # K broadcast over the batch (stride 0): the forward runs, the backward cannot
+        # write dK with K's strides, and the plan says so.
+        plan = fa2.plan(problem(k_strides=(0, 2 * 64, 64, 1)), device())
+        self.assertEqual((plan.bwd_supported, plan.bwd_status), (0, fa2.FA2_ERROR_OVERLAP))
+        plan = fa2.plan(problem(), device())
+        self.assertEqual((plan.bwd_supported, plan.bwd_status), (1, 0))
 
     def test_strides_pass_through(self):
         # BHSD storage viewed as BSHD: seq stride d, head stride s*d.
@@ -239,6 +337,24 @@ class Errors(unittest.TestCase):
             self.assertTrue(fa2.status_string(code).startswith(name + ":"), name)
         self.assertIs(type(fa2.exception_for(99, "m")), fa2.Fa2Error)
 
+    def test_status_codes_and_limits_match_header(self):
+        text = header_text(self)
+        codes = {int(v): n for n, v in re.findall(r"\b(FA2_(?:SUCCESS|ERROR_\w+)) = (\d+)", text)}
+        self.assertEqual(codes, fa2.STATUS_NAMES)
+        for code, name in codes.items():
+            self.assertEqual(getattr(fa2, name), code)
+        limits = dict(re.findall(r"#define FA2_(MAX_\w+) ([0-9.]+)f?", text))
+        self.assertEqual(set(limits), {"MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE"})
+        for name, value in limits.items():
+            self.assertEqual(getattr(fa2, name), float(value), name)
+
+    def test_new_status_classes(self):
+        for cls, code in ((fa2.Fa2Overlap, 17), (fa2.Fa2BadPlan, 18),
+                          (fa2.Fa2DeviceMismatch, 19), (fa2.Fa2Reserved, 20)):
+            e = fa2.exception_for(code, "m", "fa2_forward")
+            self.assertIs(type(e), cls)
+            self.assertIn(f"[{fa2.STATUS_NAMES[code]}]", str(e))
+
     def test_message_is_per_thread(self):
         try:
             fa2.plan(problem(q_shape=(2, 256, 8, 300), k_shape=(2, 256, 2, 300)), device())
@@ -250,6 +366,188 @@ class Errors(unittest.TestCase):
         t.join()
         self.assertEqual(seen, [""])
         self.assertIn("head_dim=300", fa2.library().last_error())
+
+
+class Layouts(unittest.TestCase):
+    """repeats_addresses: which strided layouts give two elements one address (plain
+    Python on shapes and strides, what the tensor checks are made of)."""
+
+    def test_common_layouts(self):
+        b, s_, h, d = 2, 128, 8, 64
+        distinct = {
+            "bshd": (s_ * h * d, h * d, d, 1),
+            "bhsd": (h * s_ * d, d, s_ * d, 1),
+            "q of packed qkv": (s_ * 3 * h * d, 3 * h * d, d, 1),
+            "padded rows": (s_ * h * 72, h * 72, 72, 1),
+        }
+        for name, st in distinct.items():
+            self.assertFalse(fa2.repeats_addresses((b, s_, h, d), st), name)
+        repeating = {
+            "batch expanded": (0, h * d, d, 1),
+            "seq expanded": (s_ * h * d, 0, d, 1),
+            "heads expanded": (s_ * d, d, 0, 1),
+            "heads overlapping rows": (s_ * h * d, h * d, 8, 1),
+            "seq and head strides equal": (s_ * h * d, d, d, 1),
+        }
+        for name, st in repeating.items():
+            self.assertTrue(fa2.repeats_addresses((b, s_, h, d), st), name)
+        # Size-1 dims never repeat, whatever their stride; no elements, no addresses.
+        self.assertFalse(fa2.repeats_addresses((1, s_, 1, d), (0, d, 0, 1)))
+        self.assertFalse(fa2.repeats_addresses((b, 0, h, d), (0, 0, 0, 1)))
+
+    def test_never_misses_a_repeat(self):
+        # Against enumeration of every address, on small random layouts.
+        import itertools
+        import random
+        rng = random.Random(0)
+        for _ in range(3000):
+            shape = [rng.randint(0, 4) for _ in range(rng.randint(1, 4))]
+            strides = [rng.randint(0, 12) for _ in shape]
+            offsets = [sum(i * st for i, st in zip(index, strides))
+                       for index in itertools.product(*(range(n) for n in shape))]
+            if len(set(offsets)) != len(offsets):
+                self.assertTrue(fa2.repeats_addresses(shape, strides), (shape, strides))
+            self.assertEqual(fa2._extent(shape, strides), max(offsets) + 1 if offsets else 0)
+
+
+class NoLibrary:
+    """A lib= that fails the test on any use: the call must be refused before C."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the library was used ({name}) before the checks refused")
+
+
+@unittest.skipIf(torch is None, "torch is not importable")
+class TensorChecks(unittest.TestCase):
+    """The binding's checks of out=, lse, o, d_o and gradient tensors, on CPU tensors
+    (the device they must match is q's, here the CPU): what forward() and backward()
+    run before any C call. Needs torch, not CUDA."""
+
+    shape = (2, 16, 4, 64)
+
+    def setUp(self):
+        self.q = torch.zeros(self.shape, dtype=torch.bfloat16)
+        self.cpu = self.q.device
+
+    def refused(self, cls, fragment, fn, *args):
+        with self.assertRaises(cls) as cm:
+            fn(*args)
+        self.assertIn(fragment, str(cm.exception))
+        return cm.exception
+
+    def check_out(self, t):
+        return fa2._check_output("out", t, self.shape, torch.bfloat16, self.cpu)
+
+    def test_out_refused(self):
+        b, s_, h, d = self.shape
+        base = torch.full((b * s_ * 260,), 7, dtype=torch.bfloat16)
+        small = torch.full(self.shape, 7, dtype=torch.bfloat16)
+        small.untyped_storage().resize_(100)  # a view over a storage shrunk under it
+        cases = [
+            # the reported bug: a uint8 out of the same byte count was written past
+            (fa2.Fa2ShapeError, "out has dtype torch.uint8",
+             torch.full((b, s_, h, 2 * d), 7, dtype=torch.uint8)),
+            (fa2.Fa2ShapeError, "out has shape (2, 16, 4, 72)",
+             torch.full((b, s_, h, 72), 7, dtype=torch.bfloat16)),
+            (fa2.Fa2ShapeError, "out is on meta",
+             torch.empty(self.shape, dtype=torch.bfloat16, device="meta")),
+            (fa2.Fa2ShapeError, "out: the head_dim stride is 2",
+             torch.full((b, s_, h, 2 * d), 7, dtype=torch.bfloat16)[..., ::2]),
+            (fa2.Fa2BadStride, "out: strides (4160, 260, 64, 1)",
+             base.as_strided(self.shape, (s_ * 260, 260, d, 1))),
+            (fa2.Fa2Overlap, "out: strides (0, 256, 64, 1)",
+             torch.full((1, s_, h, d), 7, dtype=torch.bfloat16).expand(self.shape)),
+            (fa2.Fa2Overlap, "one address per element",
+             base.as_strided(self.shape, (s_ * h * d, h * d, 8, 1))),
+            (fa2.Fa2ShapeError, "out: its strides reach 16384 bytes into its storage, "
+             "which holds 100", small),
+            (fa2.Fa2ShapeError, "out is a list", [0.0]),
+        ]
+        for cls, fragment, t in cases:
+            with self.subTest(fragment):
+                self.refused(cls, fragment, self.check_out, t)
+        self.assertTrue(bool((base == 7).all()))
+        self.assertEqual(small.untyped_storage().nbytes(), 100)
+
+    def test_out_accepted(self):
+        b, s_, h, d = self.shape
+        self.assertIsNone(self.check_out(torch.empty(self.shape, dtype=torch.bfloat16)))
+        bhsd = torch.empty(b, h, s_, d, dtype=torch.bfloat16).transpose(1, 2)
+        self.assertIsNone(self.check_out(bhsd))
+
+    def test_lse_refused(self):
+        b, s_, h, _ = self.shape
+        cases = [
+            (fa2.Fa2ShapeError, "lse is None", None),
+            (fa2.Fa2ShapeError, "lse has dtype torch.float16",
+             torch.zeros(b, h, s_, dtype=torch.float16)),
+            (fa2.Fa2ShapeError, "lse has shape (2, 16, 4)", torch.zeros(b, s_, h)),
+            (fa2.Fa2ShapeError, "lse has strides (64, 1, 4)",
+             torch.zeros(b, s_, h).transpose(1, 2)),
+            (fa2.Fa2ShapeError, "lse is on meta", torch.zeros(b, h, s_, device="meta")),
+        ]
+        for cls, fragment, t in cases:
+            with self.subTest(fragment):
+                self.refused(cls, fragment, fa2._check_lse, "lse", t, self.q)
+        self.assertIsNone(fa2._check_lse("lse", torch.zeros(b, h, s_), self.q))
+
+    def test_backward_inputs_refused(self):
+        # o and d_o: q's shape, dtype and device (checked by _check_like in backward()).
+        for name, t, fragment in (
+                ("o", torch.zeros(self.shape, dtype=torch.float16), "o has dtype"),
+                ("d_o", torch.zeros(self.shape, dtype=torch.float32), "d_o has dtype"),
+                ("o", torch.zeros(self.shape, dtype=torch.bfloat16, device="meta"),
+                 "o is on meta"),
+                ("d_o", torch.zeros(2, 16, 4, 128, dtype=torch.bfloat16), "d_o has shape")):
+            with self.subTest(fragment):
+                self.refused(fa2.Fa2ShapeError, fragment, fa2._check_like, name, t,
+                             self.shape, torch.bfloat16, self.cpu)
+
+    def test_gradient_checks(self):
+        b, s_, h, d = self.shape
+        k = torch.zeros(self.shape, dtype=torch.bfloat16)
+        k_broadcast = torch.zeros(1, s_, h, d, dtype=torch.bfloat16).expand(self.shape)
+        cases = [
+            # a given gradient that repeats addresses would race: refused as an overlap
+            (fa2.Fa2Overlap, "dk: strides (0, 256, 64, 1)", k_broadcast,
+             torch.full((1, s_, h, d), 7, dtype=torch.bfloat16).expand(self.shape)),
+            (fa2.Fa2ShapeError, "dk has dtype torch.float32", k,
+             torch.zeros(self.shape)),
+            (fa2.Fa2ShapeError, "dk is on meta", k,
+             torch.zeros(self.shape, dtype=torch.bfloat16, device="meta")),
+            (fa2.Fa2ShapeError, "with k's: (4096, 256, 64, 1)", k,
+             torch.zeros(b, h, s_, d, dtype=torch.bfloat16).transpose(1, 2)),
+            (fa2.Fa2ShapeError, "those of k.contiguous()", k_broadcast,
+             torch.zeros(b, h, s_, d, dtype=torch.bfloat16).transpose(1, 2)),
+        ]
+        for cls, fragment, t, g in cases:
+            with self.subTest(fragment):
+                self.refused(cls, fragment, fa2._check_gradient, "dk", g, t)
+        # Accepted: t's strides, or for a broadcast t those of its contiguous copy.
+        self.assertIsNone(fa2._check_gradient("dk", torch.zeros_like(k), k))
+        self.assertIsNone(fa2._check_gradient("dk", torch.zeros(self.shape,
+                                                                dtype=torch.bfloat16),
+                                              k_broadcast))
+
+    def test_empty_keys_described_by_q(self):
+        # seqlen_k = 0: K and V may have a NULL data_ptr(); Q stands in for them, with
+        # Q's strides, and fa2_plan accepts the problem so described.
+        q = torch.zeros(2, 50, 4, 64, dtype=torch.bfloat16)
+        k = torch.empty(2, 0, 2, 64, dtype=torch.bfloat16)
+        self.assertIs(fa2._as_c_input(q, k), q)
+        self.assertIs(fa2._as_c_input(q, q), q)
+        st = fa2._as_c_input(q, k).stride()
+        p = fa2.make_problem("bf16", q.shape, k.shape, k_strides=st, v_strides=st)
+        plan = fa2.plan(p, device())
+        self.assertEqual(plan.problem.seqlen_k, 0)
+
+    def test_refused_before_the_library(self):
+        q = torch.zeros(self.shape, dtype=torch.bfloat16)
+        with self.assertRaises(fa2.Fa2ShapeError):
+            fa2.forward(q, q, q, out=torch.zeros(self.shape, dtype=torch.uint8),
+                        lib=NoLibrary())
+        with self.assertRaises(fa2.Fa2ShapeError):
+            fa2.backward(q, q, q, q, q, None, lib=NoLibrary())
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """The Python binding on a GPU: fa2.attention (forward and autograd backward) against
 torch.nn.functional.scaled_dot_product_attention computed in float32 from the same
-inputs. One line per case:
+inputs; then hostile inputs: out=, lse and gradient tensors of the wrong dtype, shape,
+device, layout or storage (refused, and left untouched), broadcast (expanded) Q, K, V
+under autograd (against float64 on the materialized tensors), and seqlen_k = 0. One line
+per case:
 
     PASS bf16 b=2 sq=256 sk=256 hq=8 hkv=8 d=64 causal=0 layout=bshd  o 3.1e-03 dq 4.0e-03 dk ... dv ...
+    PASS refused: forward out= uint8 (Fa2ShapeError), nothing written
 
 Relative error = ||x - ref|| / ||ref|| (Frobenius), bound 2e-2 for O and each gradient.
 Exit 0 all passed, 1 a failure, 77 skipped (no torch or no CUDA device: ctest
@@ -95,6 +99,242 @@ def case(dtype, b, sq, sk, hq, hkv, d, causal, layout="bshd", window=(-1, -1)):
     return ok
 
 
+# ---------------------------------------------------------------------------------
+# Hostile inputs.
+# ---------------------------------------------------------------------------------
+def storage_bytes(t):
+    """A uint8 copy of t's whole storage (past the view's ends too, and readable when
+    the storage was shrunk under the view)."""
+    raw = torch.empty(0, dtype=torch.uint8, device=t.device)
+    return raw.set_(t.untyped_storage()).clone()
+
+
+def refused(label, cls, fragment, fn, watched):
+    """fn() must raise cls with `fragment` in its message and write none of the
+    `watched` tensors' storage."""
+    before = [storage_bytes(w) for w in watched]
+    try:
+        fn()
+        torch.cuda.synchronize()
+        raised = None
+    except fa2.Fa2Error as e:
+        raised = e
+    torch.cuda.synchronize()
+    untouched = all(torch.equal(b, storage_bytes(w)) for b, w in zip(before, watched))
+    ok = isinstance(raised, cls) and fragment in str(raised) and untouched
+    got = "nothing raised" if raised is None else f"{type(raised).__name__}: {raised}"
+    print(f"{'PASS' if ok else 'FAIL'} refused: {label} ({cls.__name__}), "
+          f"{'nothing written' if untouched else 'WRITTEN'}"
+          + ("" if ok else f"  got {got}"), flush=True)
+    return ok
+
+
+def filled(shape, dtype, value=7.0, device="cuda"):
+    return torch.full(shape, value, dtype=dtype, device=device)
+
+
+def forward_refusals():
+    b, s_, h, d = 2, 128, 4, 64
+    bf = torch.bfloat16
+    q, k, v = (torch.randn(b, s_, h, d, device="cuda", dtype=bf) for _ in range(3))
+    lse_shape = (b, h, s_)
+    # The reported bug: a uint8 out of q's shape (half the bytes) was written past its
+    # end; the sentinel tail of the same buffer shows any write beyond it.
+    buf = filled((q.numel() + 4096,), torch.uint8)
+    small = filled(q.shape, bf)
+    small.untyped_storage().resize_(1024)  # a view over a storage shrunk under it
+    good_out, good_lse = filled(q.shape, bf), filled(lse_shape, torch.float32)
+    cases = [
+        ("forward out= uint8", fa2.Fa2ShapeError, "out has dtype torch.uint8",
+         dict(out=buf[:q.numel()].view(q.shape)), [buf]),
+        ("forward out= fp16 for bf16 q", fa2.Fa2ShapeError, "out has dtype",
+         dict(out=filled(q.shape, torch.float16)), None),
+        ("forward out= wrong shape", fa2.Fa2ShapeError, "out has shape",
+         dict(out=filled((b, s_, h, d + 8), bf)), None),
+        ("forward out= on the CPU", fa2.Fa2ShapeError, "out is on cpu",
+         dict(out=filled(q.shape, bf, device="cpu")), []),
+        ("forward out= expanded (stride 0)", fa2.Fa2Overlap, "out: strides (0,",
+         dict(out=filled((1, s_, h, d), bf).expand(q.shape)), None),
+        ("forward out= storage shrunk to 1 KiB", fa2.Fa2ShapeError, "which holds 1024",
+         dict(out=small), [small]),
+        ("forward out= q itself", fa2.Fa2Overlap, "overlaps", dict(out=q), [q]),
+        ("forward lse float16", fa2.Fa2ShapeError, "lse has dtype torch.float16",
+         dict(out=good_out, lse=filled(lse_shape, torch.float16)), None),
+        ("forward lse wrong shape", fa2.Fa2ShapeError, "lse has shape",
+         dict(out=good_out, lse=filled((b, s_, h), torch.float32)), None),
+        ("forward lse not contiguous", fa2.Fa2ShapeError, "lse has strides",
+         dict(out=good_out, lse=filled((b, s_, h), torch.float32).transpose(1, 2)), None),
+        ("forward lse on the CPU", fa2.Fa2ShapeError, "lse is on cpu",
+         dict(out=good_out, lse=filled(lse_shape, torch.float32, device="cpu")),
+         [good_out]),
+    ]
+    ok = 0
+    for label, cls, fragment, kw, watched in cases:
+        if watched is None:
+            watched = [t for t in kw.values() if t.is_cuda]
+        watched = watched + [good_out, good_lse]
+        ok += refused(label, cls, fragment, lambda: fa2.forward(q, k, v, **kw), watched)
+    # Accepted: out and lse given are the ones written and returned.
+    o, lse = fa2.forward(q, k, v, out=good_out, lse=good_lse)
+    torch.cuda.synchronize()
+    good = o is good_out and lse is good_lse and rel(o, reference(q, k, v, False)) < TOL
+    print(f"{'PASS' if good else 'FAIL'} forward out= and lse= given: written and returned",
+          flush=True)
+    return ok + good, len(cases) + 1
+
+
+def backward_refusals():
+    b, s_, h, d = 2, 128, 4, 64
+    bf = torch.bfloat16
+    q, k, v, d_o = (torch.randn(b, s_, h, d, device="cuda", dtype=bf) for _ in range(4))
+    o, lse = fa2.forward(q, k, v, return_lse=True)
+    grads = dict(dq=filled(q.shape, bf), dk=filled(k.shape, bf), dv=filled(v.shape, bf))
+    small = filled(k.shape, bf)
+    small.untyped_storage().resize_(1024)
+    cases = [
+        ("backward o on the CPU", fa2.Fa2ShapeError, "o is on cpu", dict(o=o.cpu())),
+        ("backward o fp16", fa2.Fa2ShapeError, "o has dtype", dict(o=o.half())),
+        ("backward d_o float32", fa2.Fa2ShapeError, "d_o has dtype", dict(d_o=d_o.float())),
+        ("backward d_o on the CPU", fa2.Fa2ShapeError, "d_o is on cpu", dict(d_o=d_o.cpu())),
+        ("backward d_o wrong shape", fa2.Fa2ShapeError, "d_o has shape",
+         dict(d_o=d_o[:, :64])),
+        ("backward lse float16", fa2.Fa2ShapeError, "lse has dtype", dict(lse=lse.half())),
+        ("backward lse on the CPU", fa2.Fa2ShapeError, "lse is on cpu", dict(lse=lse.cpu())),
+        ("backward lse wrong shape", fa2.Fa2ShapeError, "lse has shape",
+         dict(lse=lse.transpose(1, 2).contiguous())),
+        ("backward dq float32", fa2.Fa2ShapeError, "dq has dtype",
+         dict(dq=filled(q.shape, torch.float32))),
+        ("backward dk on the CPU", fa2.Fa2ShapeError, "dk is on cpu",
+         dict(dk=filled(k.shape, bf, device="cpu"))),
+        ("backward dv wrong shape", fa2.Fa2ShapeError, "dv has shape",
+         dict(dv=filled((b, s_, h, d + 8), bf))),
+        ("backward dk expanded (stride 0)", fa2.Fa2Overlap, "dk: strides (0,",
+         dict(dk=filled((1, s_, h, d), bf).expand(k.shape))),
+        ("backward dv storage shrunk to 1 KiB", fa2.Fa2ShapeError, "which holds 1024",
+         dict(dv=small)),
+        ("backward dq = q", fa2.Fa2Overlap, "overlaps", dict(dq=q)),
+    ]
+    ok = 0
+    for label, cls, fragment, change in cases:
+        args = dict(d_o=d_o, o=o, lse=lse, **grads)
+        args.update(change)
+        watched = [t for t in list(grads.values()) + list(change.values()) if t.is_cuda]
+        ok += refused(label, cls, fragment,
+                      lambda: fa2.backward(args["d_o"], q, k, v, args["o"], args["lse"],
+                                           dq=args["dq"], dk=args["dk"], dv=args["dv"]),
+                      watched + [q, k, v, o, lse])
+    # Accepted: the given gradients are the ones written and returned.
+    dq, dk, dv = fa2.backward(d_o, q, k, v, o, lse, **grads)
+    torch.cuda.synchronize()
+    qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
+    ref = torch.autograd.grad(reference(qr, kr, vr, False), (qr, kr, vr), d_o.float())
+    good = (dq is grads["dq"] and dk is grads["dk"] and dv is grads["dv"]
+            and all(rel(g, r) < TOL for g, r in zip((dq, dk, dv), ref)))
+    print(f"{'PASS' if good else 'FAIL'} backward dq=, dk=, dv= given: written and returned",
+          flush=True)
+    return ok + good, len(cases) + 1
+
+
+def reference64(q, k, v, causal):
+    """Attention in float64, straight from the definition, on [b, s, h, d] tensors;
+    GQA by repeating K/V heads; causal bottom-right aligned."""
+    hq, hkv, sq, sk = q.shape[2], k.shape[2], q.shape[1], k.shape[1]
+    k = k.repeat_interleave(hq // hkv, dim=2)
+    v = v.repeat_interleave(hq // hkv, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+        j = torch.arange(sk, device=q.device)[None, :]
+        scores = scores.masked_fill(j > i, float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v)
+
+
+def broadcast_case(label, q_src, k_src, v_src, expand, causal=False):
+    """fa2.attention on expanded views of the *_src leaves (expand[name] maps a source
+    to its view); gradients of the sources against float64 autograd on the same views
+    materialized (expand, then contiguous)."""
+    srcs = {"q": q_src, "k": k_src, "v": v_src}
+    leaves = {n: t.detach().requires_grad_() for n, t in srcs.items()}
+    views = {n: expand[n](t) for n, t in leaves.items()}
+    d_o = torch.randn(views["q"].shape, device="cuda", dtype=q_src.dtype)
+    try:
+        o = fa2.attention(views["q"], views["k"], views["v"], causal=causal)
+        got = torch.autograd.grad(o, list(leaves.values()), d_o)
+        torch.cuda.synchronize()
+    except fa2.Fa2Error as e:
+        print(f"FAIL broadcast {label}  {type(e).__name__}: {e}", flush=True)
+        return False
+    leaves64 = {n: t.detach().double().requires_grad_() for n, t in srcs.items()}
+    full64 = {n: expand[n](t).contiguous() for n, t in leaves64.items()}
+    ref = reference64(full64["q"], full64["k"], full64["v"], causal)
+    want = torch.autograd.grad(ref, list(leaves64.values()), d_o.double())
+    errs = {"o": rel(o, ref)}
+    errs.update({f"d{n}": rel(g, w) for n, g, w in zip(leaves, got, want)})
+    ok = all(e < TOL for e in errs.values()) and all(
+        g.shape == t.shape for g, t in zip(got, leaves.values()))
+    shown = "  ".join(f"{n} {e:.1e}" for n, e in errs.items())
+    print(f"{'PASS' if ok else 'FAIL'} broadcast {label}  {shown}", flush=True)
+    return ok
+
+
+def broadcast_cases():
+    bf = torch.bfloat16
+    same = lambda t: t  # noqa: E731
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", dtype=bf)
+
+    def batch2(t):
+        return t.expand(2, *t.shape[1:])
+
+    results = [
+        broadcast_case("k, v expanded over batch (b=2 from 1), GQA 4:2",
+                       rand(2, 128, 4, 64), rand(1, 128, 2, 64), rand(1, 128, 2, 64),
+                       dict(q=same, k=batch2, v=batch2)),
+        broadcast_case("k, v expanded over heads (1 -> 4), causal",
+                       rand(2, 160, 4, 64), rand(2, 160, 1, 64), rand(2, 160, 1, 64),
+                       dict(q=same, k=lambda t: t.expand(2, 160, 4, 64),
+                            v=lambda t: t.expand(2, 160, 4, 64)), causal=True),
+        broadcast_case("q expanded over batch, d=128",
+                       rand(1, 96, 2, 128), rand(2, 200, 2, 128), rand(2, 200, 2, 128),
+                       dict(q=batch2, k=same, v=same)),
+        # Not an expand: key rows 8 elements apart, so consecutive rows share 56.
+        broadcast_case("k rows overlapping (seq stride 8 < head_dim), GQA 2:1",
+                       rand(2, 64, 2, 64), rand(2, 100 * 8 + 56), rand(2, 100, 1, 64),
+                       dict(q=same, v=same,
+                            k=lambda t: t.as_strided((2, 100, 1, 64), (856, 8, 64, 1)))),
+    ]
+    return sum(results), len(results)
+
+
+def no_keys_cases():
+    """seqlen_k = 0: O = 0, LSE = -inf, dQ = 0, dK and dV empty."""
+    ok_all = 0
+    cases = [dict(hkv=2, causal=False), dict(hkv=1, causal=True)]
+    for c in cases:
+        q = torch.randn(2, 50, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.empty(2, 0, c["hkv"], 64, device="cuda", dtype=torch.bfloat16,
+                        requires_grad=True)
+        v = torch.empty_like(k, requires_grad=True)
+        label = f"seqlen_k=0 hkv={c['hkv']} causal={int(c['causal'])}"
+        try:
+            o = fa2.attention(q, k, v, causal=c["causal"])
+            dq, dk, dv = torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
+            o2, lse = fa2.forward(q.detach(), k.detach(), v.detach(), causal=c["causal"],
+                                  return_lse=True)
+            torch.cuda.synchronize()
+        except fa2.Fa2Error as e:
+            print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
+            continue
+        ok = (bool((o == 0).all()) and bool((o2 == 0).all())
+              and bool(torch.isneginf(lse).all()) and bool((dq == 0).all())
+              and dk.shape == k.shape and dv.shape == v.shape)
+        ok_all += ok
+        print(f"{'PASS' if ok else 'FAIL'} {label}: o = 0, lse = -inf, dq = 0, dk/dv "
+              f"{tuple(dk.shape)}", flush=True)
+    return ok_all, len(cases)
+
+
 def main():
     torch.manual_seed(0)
     lib = fa2.library()
@@ -131,8 +371,12 @@ def main():
     ok = err < TOL
     failed += not ok
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
-    print(f"{len(cases) + 1 - failed}/{len(cases) + 1} passed"
-          + ("" if not failed else f", {failed} FAILED"))
+    total = len(cases) + 1
+    for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases):
+        passed, n = group()
+        failed += n - passed
+        total += n
+    print(f"{total - failed}/{total} passed" + ("" if not failed else f", {failed} FAILED"))
     return 1 if failed else 0
 
 

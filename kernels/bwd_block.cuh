@@ -13,15 +13,6 @@
 
 namespace fa2 {
 
-// Query rows [lo, hi] that can see some key of [key_first, key_last] (hi < lo: none).
-__device__ __forceinline__ void query_range(const KeyWindow &w, int seqlen_q, int key_first,
-                                            int key_last, int &lo, int &hi)
-{
-    lo = w.window_right >= 0 ? max(0, key_first - w.offset - w.window_right) : 0;
-    hi = w.window_left >= 0 ? min(seqlen_q - 1, key_last - w.offset + w.window_left)
-                            : seqlen_q - 1;
-}
-
 struct KeyBlock {
     int batch, kv_head, group, slice;
     int key_first, key_last;  // key_last clamped to seqlen_k - 1
@@ -59,10 +50,8 @@ __device__ __forceinline__ KeyBlock key_block(const fa2_fwd_params_t &f)
     b.key_first = n_block * kBlockN;
     b.key_last = min(b.key_first + kBlockN, f.seqlen_k) - 1;
     b.win = KeyWindow{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
-    int q_lo, q_hi;
-    query_range(b.win, f.seqlen_q, b.key_first, b.key_last, q_lo, q_hi);
-    b.m_first = q_lo / kBlockM;
-    b.m_count = q_hi >= q_lo ? q_hi / kBlockM - b.m_first + 1 : 0;
+    block_query_tiles<kBlockM>(b.win, f.seqlen_q, b.key_first, b.key_last, b.m_first,
+                               b.m_count);
     b.steps = b.m_count * b.group;
     return b;
 }

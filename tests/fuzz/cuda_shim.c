@@ -1,8 +1,8 @@
 /* FUZZ-ONLY SHIM — test code, never part of libfa2.
  *
  * Stands in for the two kernel launchers (kernels/fwd_launch.cu, bwd_launch.cu) and
- * the four CUDA runtime calls the host sources make (src/device.c, forward.c,
- * backward.c), so that fuzz_plan links the real host C code without a GPU, nvcc
+ * the five CUDA runtime calls the host sources make (src/device.c, run_checks.c,
+ * forward.c, backward.c), so that fuzz_plan links the real host C code without a GPU, nvcc
  * objects or libcudart. The harness sets what the fakes return and reads back what
  * the launchers were given (fuzz_shim.h). */
 #include <string.h>
@@ -22,9 +22,10 @@ int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
     return g_shim.launch_error;
 }
 
-int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream)
+int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream, int *outputs_queued)
 {
     (void)stream;
+    *outputs_queued = 0;
     g_shim.bwd_calls++;
     memcpy(&g_shim.bwd, p, sizeof *p);
     return g_shim.launch_error;
@@ -35,6 +36,16 @@ cudaError_t CUDARTAPI cudaGetDeviceCount(int *count)
     if (g_shim.count_error)
         return (cudaError_t)g_shim.count_error;
     *count = g_shim.device_count;
+    return cudaSuccess;
+}
+
+/* An ordinal past the library's per-device cache (64 slots), so that every call
+ * queries the (fuzzed) attributes afresh. */
+cudaError_t CUDARTAPI cudaGetDevice(int *device)
+{
+    if (g_shim.device_error)
+        return (cudaError_t)g_shim.device_error;
+    *device = 100;
     return cudaSuccess;
 }
 

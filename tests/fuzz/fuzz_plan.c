@@ -8,11 +8,15 @@
  *                   bit2 XOR the next bytes onto a valid problem/device instead of
  *                        taking them raw (all-zero bytes = a valid H200 problem),
  *                   bit3 the launchers fail (cudaErrorInvalidValue),
- *                   bit4 cudaGetDeviceCount fails, bit5 cudaDeviceGetAttribute fails
+ *                   bit4 cudaGetDeviceCount fails, bit5 cudaDeviceGetAttribute fails,
+ *                   bit6 cudaGetDevice fails, bit7 the current device (attributes) is the
+ *                   one the plan was made for
  *   then     sizeof(fa2_problem_t) bytes, sizeof(fa2_device_info_t) bytes,
  *            15 pointer bytes (q k v o lse | q k v o d_o lse dq dk dv ws: 0xFF = NULL,
  *            else a fake address 0x100000*(i+1) + byte % 32),
- *            8 bytes workspace_bytes, 4 bytes device count, 5 x 4 bytes attributes.
+ *            8 bytes workspace_bytes, 4 bytes device count, 5 x 4 bytes attributes (the
+ *            device query's and the current device's), 8 x (position, XOR) byte pairs
+ *            that edit a copy of the plan.
  *
  * Invariants (abort on violation, so libFuzzer reports and saves the input):
  *  - fa2_plan: on failure the poisoned plan is byte-identical and the message is not
@@ -25,9 +29,12 @@
  *    the Hopper tables (kernels/fwd_sm90_tiles.h, bwd_sm90_tiles.h) when the build
  *    defines FA2_WITH_SM90A (tests/fuzz/CMakeLists.txt does), never otherwise.
  *  - fa2_forward / fa2_backward on a successful plan: the status an independent model
- *    of the documented checks predicts; the launcher called exactly when it returns
+ *    of the documented checks predicts (overlaps in 128-bit arithmetic, the current
+ *    device against the plan's kernels); the launcher called exactly when it returns
  *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan (use_sm90
- *    included).
+ *    and the clamped windows included).
+ *  - an edited copy of the plan: refused (FA2_ERROR_BAD_PLAN / STRUCT_SIZE) unless it is
+ *    exactly fa2_plan's own; whatever reaches a launcher passes every plan invariant.
  *  - fa2_device_info_query: info untouched on failure, the fake's values on success. */
 #include <math.h>
 #include <stddef.h>
@@ -37,6 +44,7 @@
 #include <string.h>
 
 #include "bwd_sm90_tiles.h"
+#include "bwd_tiles.h"
 #include "fa2.h"
 #include "fuzz_shim.h"
 #include "fwd_sm90_tiles.h"
@@ -117,13 +125,17 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
           q->window_right == pr->window_right);
     CHECK(memcmp(&q->q_batch_stride, &pr->q_batch_stride, 12 * sizeof(int64_t)) == 0);
     CHECK(q->deterministic == pr->deterministic);
-    CHECK(isfinite(q->softmax_scale) && q->softmax_scale > 0.0f);
+    CHECK(q->softmax_scale > 0.0f && q->softmax_scale <= FA2_MAX_SOFTMAX_SCALE);
+    CHECK(q->reserved0 == 0 && q->reserved1 == 0);
+    CHECK(pl->device.struct_size == sizeof(fa2_device_info_t) &&
+          memcmp((const char *)&pl->device + sizeof(size_t), (const char *)dev + sizeof(size_t),
+                 sizeof(fa2_device_info_t) - sizeof(size_t)) == 0);
     CHECK(pr->softmax_scale == 0.0f || q->softmax_scale == pr->softmax_scale);
     /* accepted ranges */
     CHECK(q->dtype == FA2_DTYPE_FP16 || q->dtype == FA2_DTYPE_BF16);
     CHECK(q->batch >= 1 && q->batch <= INT32_MAX);
-    CHECK(q->seqlen_q >= 1 && q->seqlen_q <= INT32_MAX);
-    CHECK(q->seqlen_k >= 0 && q->seqlen_k <= INT32_MAX);
+    CHECK(q->seqlen_q >= 1 && q->seqlen_q <= FA2_MAX_SEQLEN);
+    CHECK(q->seqlen_k >= 0 && q->seqlen_k <= FA2_MAX_SEQLEN);
     CHECK(q->heads_q >= 1 && q->heads_q <= INT32_MAX);
     CHECK(q->heads_kv >= 1 && q->heads_q % q->heads_kv == 0);
     CHECK(q->head_dim >= 8 && q->head_dim <= 256 && q->head_dim % 8 == 0);
@@ -137,6 +149,10 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         memcpy(&s, (const char *)&q->q_batch_stride + i * sizeof(int64_t), sizeof s);
         CHECK(s >= 0 && s % 8 == 0);
     }
+    /* O repeats no address: at least, no zero stride over a dimension of extent > 1 */
+    CHECK(q->batch == 1 || q->o_batch_stride > 0);
+    CHECK(q->seqlen_q == 1 || q->o_seq_stride > 0);
+    CHECK(q->heads_q == 1 || q->o_head_stride > 0);
     /* forward tiles fit the device given */
     CHECK(pl->head_dim_bucket >= q->head_dim && pl->head_dim_bucket <= 256);
     CHECK(pl->block_m > 0 && pl->block_m % 16 == 0);
@@ -155,7 +171,8 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->bwd_supported ? pl->bwd_status == FA2_SUCCESS
                             : (pl->bwd_status == FA2_ERROR_SHARED_MEMORY ||
                                pl->bwd_status == FA2_ERROR_INVALID_SIZE ||
-                               pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW));
+                               pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
+                               pl->bwd_status == FA2_ERROR_OVERLAP));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
@@ -180,6 +197,8 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                   (d_bytes + 255) / 256 * 256 + (dq_kernel ? 0 : d_bytes * q->head_dim));
         }
         CHECK(ceil_div(q->seqlen_k, pl->bwd_block_n) * q->heads_kv * q->batch <= INT32_MAX);
+        CHECK(fa2_bwd_row_kernel_blocks(q->batch * q->heads_q * q->seqlen_q, q->head_dim) <=
+              INT32_MAX);
     }
     /* !bwd_supported: fa2_backward must refuse the plan (fuzz_backward checks it) */
 
@@ -225,30 +244,104 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_fwd_params_t *p)
     CHECK(p->seqlen_q == q->seqlen_q && p->seqlen_k == q->seqlen_k);
     CHECK(p->head_dim == q->head_dim && p->head_dim_bucket == pl->head_dim_bucket);
     CHECK(p->is_bf16 == (q->dtype == FA2_DTYPE_BF16));
-    CHECK(p->window_left == q->window_left);
-    CHECK(p->window_right == (q->causal ? 0 : q->window_right));
+    /* a window past every key runs as -1 (unbounded) */
+    CHECK(p->window_left == (q->window_left >= q->seqlen_k ? -1 : q->window_left));
+    {
+        const int64_t right = q->causal ? 0 : q->window_right;
+        CHECK(p->window_right == (right >= q->seqlen_q ? -1 : right));
+    }
+    CHECK(p->window_left < 0 || (int64_t)p->window_left < q->seqlen_k);
+    CHECK(p->window_right < 0 || (int64_t)p->window_right < q->seqlen_q);
     CHECK(p->softmax_scale == q->softmax_scale);
     CHECK(memcmp(&p->q_batch_stride, &q->q_batch_stride, 12 * sizeof(int64_t)) == 0);
     CHECK(p->use_sm90 == (pl->fwd_arch == 90));
 }
 
+/* [begin, end) of a tensor, in 128-bit arithmetic (an independent model of the
+ * library's spans); empty when a size is 0 or the pointer is NULL. */
+typedef struct span_t {
+    __int128 begin, end;
+} span_t;
+
+static span_t span(const void *ptr, int64_t b, int64_t s, int64_t h, int64_t d, int64_t bs,
+                   int64_t ss, int64_t hs, int64_t elem)
+{
+    span_t r = {(__int128)(uintptr_t)ptr, (__int128)(uintptr_t)ptr};
+    if (ptr && b > 0 && s > 0 && h > 0)
+        r.end += ((__int128)(b - 1) * bs + (__int128)(s - 1) * ss + (__int128)(h - 1) * hs + d) *
+                 elem;
+    return r;
+}
+
+static int spans_meet(span_t a, span_t b)
+{
+    return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
+}
+
+/* 1 when an output meets another output or an input. */
+static int any_overlap(const span_t *out, int n_out, const span_t *in, int n_in)
+{
+    for (int i = 0; i < n_out; ++i) {
+        for (int j = i + 1; j < n_out; ++j)
+            if (spans_meet(out[i], out[j]))
+                return 1;
+        for (int j = 0; j < n_in; ++j)
+            if (spans_meet(out[i], in[j]))
+                return 1;
+    }
+    return 0;
+}
+
+#define SPAN_Q(p, q) span(p, q->batch, q->seqlen_q, q->heads_q, q->head_dim, q->q_batch_stride, q->q_seq_stride, q->q_head_stride, 2)
+#define SPAN_K(p, q) span(p, q->batch, q->seqlen_k, q->heads_kv, q->head_dim, q->k_batch_stride, q->k_seq_stride, q->k_head_stride, 2)
+#define SPAN_V(p, q) span(p, q->batch, q->seqlen_k, q->heads_kv, q->head_dim, q->v_batch_stride, q->v_seq_stride, q->v_head_stride, 2)
+#define SPAN_O(p, q) span(p, q->batch, q->seqlen_q, q->heads_q, q->head_dim, q->o_batch_stride, q->o_seq_stride, q->o_head_stride, 2)
+#define SPAN_LSE(p, q) span(p, 1, q->batch * q->heads_q * q->seqlen_q, 1, 1, 0, 1, 0, 4)
+
+/* The status of the current-device check: the shim's device (its attributes) must run
+ * the plan's kernels. */
+static fa2_status_t device_status(const fa2_plan_t *pl, int backward)
+{
+    const int major = g_shim.attr[0], minor = g_shim.attr[1], optin = g_shim.attr[3];
+    const int hopper = (backward ? pl->bwd_arch : pl->fwd_arch) == 90;
+    const int64_t smem = backward ? pl->bwd_smem_bytes : pl->smem_bytes;
+    if (g_shim.device_error)
+        return FA2_ERROR_NO_DEVICE;
+    if (g_shim.attr_error)
+        return FA2_ERROR_CUDA;
+    if (major < 8 || (hopper && !(major == 9 && minor == 0)) || smem > optin)
+        return FA2_ERROR_DEVICE_MISMATCH;
+    return FA2_SUCCESS;
+}
+
 static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails)
 {
+    const fa2_problem_t *pr = &pl->problem;
     void *q = fake_ptr(pb[0], 0), *k = fake_ptr(pb[1], 1), *v = fake_ptr(pb[2], 2),
          *o = fake_ptr(pb[3], 3);
     float *lse = fake_ptr(pb[4], 4);
     fa2_status_t want = FA2_SUCCESS, got;
+    int launches = 0;
     if (!q || !k || !v || !o)
         want = FA2_ERROR_NULL_POINTER;
     else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
              misaligned(o, 16) || misaligned(lse, 4))
         want = FA2_ERROR_MISALIGNED;
-    else if (launch_fails)
-        want = FA2_ERROR_CUDA;
+    else {
+        const span_t out[2] = {SPAN_O(o, pr), SPAN_LSE(lse, pr)};
+        const span_t in[3] = {SPAN_Q(q, pr), SPAN_K(k, pr), SPAN_V(v, pr)};
+        if (any_overlap(out, 2, in, 3))
+            want = FA2_ERROR_OVERLAP;
+        else if ((want = device_status(pl, 0)) == FA2_SUCCESS) {
+            launches = 1;
+            if (launch_fails)
+                want = FA2_ERROR_CUDA;
+        }
+    }
     g_shim.fwd_calls = 0;
     got = fa2_forward(pl, q, k, v, o, lse, NULL, 0, NULL);
     CHECK(got == want);
-    CHECK(g_shim.fwd_calls == (want == FA2_SUCCESS || want == FA2_ERROR_CUDA));
+    CHECK(g_shim.fwd_calls == launches);
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
     if (g_shim.fwd_calls) {
         check_fwd_params(pl, &g_shim.fwd);
@@ -259,9 +352,10 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
 static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_bytes,
                           int launch_fails)
 {
+    const fa2_problem_t *pr = &pl->problem;
     void *p[10];
     fa2_status_t want = FA2_SUCCESS, got;
-    int any_null = 0, any_mis = 0;
+    int any_null = 0, any_mis = 0, launches = 0;
     for (int i = 0; i < 10; ++i) {
         p[i] = fake_ptr(pb[5 + i], 5 + i);
         any_null |= i < 9 && p[i] == NULL;
@@ -275,19 +369,62 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         want = FA2_ERROR_MISALIGNED;
     else if (!p[9] || ws_bytes < (uint64_t)pl->bwd_workspace_bytes)
         want = FA2_ERROR_WORKSPACE;
-    else if (launch_fails)
-        want = FA2_ERROR_CUDA;
+    else {
+        const span_t out[4] = {SPAN_Q(p[6], pr), SPAN_K(p[7], pr), SPAN_V(p[8], pr),
+                               span(p[9], 1, pl->bwd_workspace_bytes, 1, 1, 0, 1, 0, 1)};
+        const span_t in[6] = {SPAN_Q(p[0], pr), SPAN_K(p[1], pr), SPAN_V(p[2], pr),
+                              SPAN_O(p[3], pr), SPAN_O(p[4], pr), SPAN_LSE(p[5], pr)};
+        if (any_overlap(out, 4, in, 6))
+            want = FA2_ERROR_OVERLAP;
+        else if ((want = device_status(pl, 1)) == FA2_SUCCESS) {
+            launches = 1;
+            if (launch_fails)
+                want = FA2_ERROR_CUDA;
+        }
+    }
     g_shim.bwd_calls = 0;
     got = fa2_backward(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5], p[6], p[7],
                        p[8], p[9], (size_t)ws_bytes, NULL);
     CHECK(got == want);
-    CHECK(g_shim.bwd_calls == (want == FA2_SUCCESS || want == FA2_ERROR_CUDA));
+    CHECK(g_shim.bwd_calls == launches);
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
     if (g_shim.bwd_calls) {
         check_fwd_params(pl, &g_shim.bwd.fwd);
         CHECK(g_shim.bwd.dq == p[6] && g_shim.bwd.dk == p[7] && g_shim.bwd.dv == p[8]);
         CHECK(g_shim.bwd.d_sum == p[9] && g_shim.bwd.fwd.lse == p[5]);
         CHECK(g_shim.bwd.use_sm90 == (pl->bwd_arch == 90));
+    }
+}
+
+/* A plan with bytes changed after fa2_plan: fa2_forward / fa2_backward refuse it
+ * unless it is exactly what fa2_plan makes of its own problem and device; whatever
+ * reaches a launcher satisfies every plan invariant (check_plan), so no edited plan can
+ * send the kernels sizes they were not planned for. Pointers far apart, all aligned. */
+static void fuzz_edited_plan(const fa2_plan_t *pl, const uint8_t edits[16])
+{
+    fa2_plan_t bad = *pl, fresh;
+    void *t[10];
+    for (int i = 0; i < 8; ++i)
+        ((unsigned char *)&bad)[(size_t)edits[2 * i] * sizeof bad / 256] ^= edits[2 * i + 1];
+    for (int i = 0; i < 10; ++i)
+        t[i] = (void *)((uintptr_t)(i + 1) << 56);
+    const int same = bad.struct_size == sizeof bad &&
+                     fa2_plan(&bad.problem, &bad.device, &fresh) == FA2_SUCCESS &&
+                     memcmp(&fresh, &bad, sizeof bad) == 0;
+    g_shim.fwd_calls = g_shim.bwd_calls = 0;
+    const fa2_status_t f = fa2_forward(&bad, t[0], t[1], t[2], t[3], (float *)t[4], NULL, 0, NULL);
+    const fa2_status_t b = fa2_backward(&bad, t[0], t[1], t[2], t[3], t[4], (const float *)t[5],
+                                        t[6], t[7], t[8], t[9], SIZE_MAX, NULL);
+    if (!same) {
+        CHECK(f == FA2_ERROR_BAD_PLAN || f == FA2_ERROR_STRUCT_SIZE);
+        CHECK(b == FA2_ERROR_BAD_PLAN || b == FA2_ERROR_STRUCT_SIZE);
+        CHECK(g_shim.fwd_calls == 0 && g_shim.bwd_calls == 0);
+    } else {
+        CHECK(f != FA2_ERROR_BAD_PLAN && b != FA2_ERROR_BAD_PLAN);
+    }
+    if (g_shim.fwd_calls || g_shim.bwd_calls) {
+        CHECK(fa2_plan(&bad.problem, &bad.device, &fresh) == FA2_SUCCESS); /* clears the message */
+        check_plan(&bad.problem, &bad.device, &bad);
     }
 }
 
@@ -321,7 +458,7 @@ static void fuzz_query(int count_fails, int attr_fails, int32_t count, const int
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader_t r = {data, size, 0};
-    uint8_t flags, ptrs[15];
+    uint8_t flags, ptrs[15], edits[16];
     uint64_t ws_bytes;
     int32_t count, attr[5];
     fa2_problem_t pr;
@@ -336,6 +473,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     take(&r, &ws_bytes, sizeof ws_bytes);
     take(&r, &count, sizeof count);
     take(&r, attr, sizeof attr);
+    take(&r, edits, sizeof edits);
 
     if (flags & 4) {
         fa2_problem_t base;
@@ -353,11 +491,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (flags & 2)
         dev.struct_size = sizeof dev;
     g_shim.launch_error = (flags & 8) ? 1 /* cudaErrorInvalidValue */ : 0;
+    /* the current device that fa2_forward / fa2_backward check against */
+    g_shim.device_error = (flags & 64) ? 100 /* cudaErrorNoDevice */ : 0;
+    g_shim.attr_error = (flags & 32) ? 1 /* cudaErrorInvalidValue */ : 0;
+    memcpy(g_shim.attr, attr, sizeof g_shim.attr);
+    if (flags & 128) /* the device the plan was made for */
+        g_shim.attr[0] = dev.cc_major, g_shim.attr[1] = dev.cc_minor,
+        g_shim.attr[3] = (int32_t)(dev.smem_per_block_optin > INT32_MAX
+                                       ? INT32_MAX
+                                       : dev.smem_per_block_optin);
 
     memset(&plan, 0xA5, sizeof plan);
     poison = plan;
     s = fa2_plan(&pr, &dev, &plan);
-    CHECK(s >= FA2_SUCCESS && s <= FA2_ERROR_CUDA);
+    CHECK(s >= FA2_SUCCESS && s <= FA2_ERROR_RESERVED);
     if (s != FA2_SUCCESS) {
         CHECK(memcmp(&plan, &poison, sizeof plan) == 0);
         CHECK(fa2_last_error()[0] != '\0');
@@ -366,6 +513,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_plan(&pr, &dev, &plan);
         fuzz_forward(&plan, ptrs, flags & 8);
         fuzz_backward(&plan, ptrs, ws_bytes, flags & 8);
+        fuzz_edited_plan(&plan, edits);
     }
     /* the NULL arguments, whatever the input */
     CHECK(fa2_plan(NULL, &dev, &plan) == FA2_ERROR_NULL_POINTER);

@@ -10,6 +10,7 @@ typedef struct fuzz_shim_t {
     int count_error;    /* cudaGetDeviceCount */
     int device_count;
     int attr_error;     /* cudaDeviceGetAttribute */
+    int device_error;   /* cudaGetDevice */
     int attr[5];        /* cc major, cc minor, SMs, smem optin, smem per SM */
     /* what the launchers saw */
     int fwd_calls, bwd_calls;

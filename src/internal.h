@@ -58,7 +58,7 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,
 /* 1 when a [batch, seq, heads, head_dim] layout with these strides (head_dim stride
  * 1) gives every element its own address: the strides, innermost first, nest (each
  * steps past all that the dimensions inside it reach). Dimensions of extent 1 are
- * ignored. Takes validated sizes and strides. */
+ * ignored; an empty tensor is distinct. Takes validated sizes and strides. */
 int fa2_layout_is_distinct(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                            int64_t batch_stride, int64_t seq_stride, int64_t head_stride);
 

@@ -106,6 +106,8 @@ int fa2_layout_is_distinct(int64_t batch, int64_t seq, int64_t heads, int64_t he
     int64_t extent[3] = {batch, seq, heads}, stride[3] = {batch_stride, seq_stride, head_stride};
     int64_t span = head_dim; /* elements the head_dim row reaches: offsets [0, span) */
     int used[3] = {0, 0, 0};
+    if (batch == 0 || seq == 0 || heads == 0)
+        return 1; /* an empty tensor (seqlen_k = 0) holds no address at all */
     for (int round = 0; round < 3; ++round) {
         int pick = -1;
         for (int i = 0; i < 3; ++i)

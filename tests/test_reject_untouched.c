@@ -355,6 +355,11 @@ static void test_backward_rejections(void **state)
         assert_int_equal(fa2_plan(&pr, &g_plan.device, &bad), FA2_SUCCESS);
         BWD("plan: no backward (grid)", c.plan = &bad, FA2_ERROR_INVALID_SIZE,
             "exceeds the CUDA limit");
+        /* seqlen_k = 0 with batch > 1: fa2_problem_init's K/V batch stride is 0, and the
+         * empty tensors still have a backward (dQ = 0) */
+        fa2_problem_init(&pr, FA2_DTYPE_BF16, 3, 17, 0, 4, 2, 64);
+        assert_int_equal(fa2_plan(&pr, &g_plan.device, &bad), FA2_SUCCESS);
+        assert_int_equal(bad.bwd_supported, 1);
         pr = g_plan.problem;
         pr.k_seq_stride = 0; /* K broadcast over the sequence: dK rows would collide */
         assert_int_equal(fa2_plan(&pr, &g_plan.device, &bad), FA2_SUCCESS);

@@ -155,8 +155,9 @@ struct Model {
 
 constexpr int64_t kMaxSeqlen = FA2_MAX_SEQLEN;
 constexpr int64_t kMaxWindow = FA2_MAX_WINDOW;
-constexpr int kTileSizes[] = {16, 32, 64, 128, 176, 192};
-constexpr int kNumTileSizes = sizeof(kTileSizes) / sizeof(kTileSizes[0]);
+// Key blocks may be any multiple of 16; query tiles divide FA2_MAX_SEQLEN (below).
+constexpr int kKeyTileSizes[] = {16, 32, 64, 128, 176, 192};
+constexpr int kQueryTileSizes[] = {16, 32, 64, 128, 256};
 
 struct Reader {
     const uint8_t *data;
@@ -245,7 +246,7 @@ int64_t pick_index(Rng &rng, int64_t n)
 // to ceil(seqlen_q / block_m) * block_m - 1 (the results are discarded). That row is at
 // most FA2_MAX_SEQLEN - 1, which keeps row + offset + window_right inside int32, only
 // when block_m divides FA2_MAX_SEQLEN: with 192 rows and seqlen_q = seqlen_k = 2^30 it
-// reaches 2^31 + 126. So padding rows are probed for the tile sizes that divide it, and
+// reaches 2^31 + 126. So query tiles divide it (a static_assert in mask_window.cuh), and
 // every compiled query-row tile must be one of those.
 constexpr bool divides_max_seqlen(int64_t rows) { return rows > 0 && kMaxSeqlen % rows == 0; }
 #define FUZZ_FWD_ROWS(d, block_m, block_n, warps) \
@@ -271,7 +272,7 @@ struct Tile {
 };
 
 template <typename F>
-void with_tile(int tile, F f)
+void with_key_tile(int tile, F f)
 {
     switch (tile) {
     case 16: f(Tile<16>()); break;
@@ -280,7 +281,20 @@ void with_tile(int tile, F f)
     case 128: f(Tile<128>()); break;
     case 176: f(Tile<176>()); break;
     case 192: f(Tile<192>()); break;
-    default: fail("unexpected tile size");
+    default: fail("unexpected key tile size");
+    }
+}
+
+template <typename F>
+void with_query_tile(int tile, F f)
+{
+    switch (tile) {
+    case 16: f(Tile<16>()); break;
+    case 32: f(Tile<32>()); break;
+    case 64: f(Tile<64>()); break;
+    case 128: f(Tile<128>()); break;
+    case 256: f(Tile<256>()); break;
+    default: fail("unexpected query tile size");
     }
 }
 
@@ -353,7 +367,7 @@ struct Harness {
         const int64_t row_last = tile_last_row(row_first);
         where("tile_key_blocks(tile=%lld, block_n=%lld)", (long long)m, (long long)block_n);
         int n_first = 0, n_end = 0;
-        with_tile(block_n, [&](auto tile) {
+        with_key_tile(block_n, [&](auto tile) {
             fa2::tile_key_blocks<decltype(tile)::value>(win, static_cast<int>(row_first),
                                                         static_cast<int>(row_last), n_first,
                                                         n_end);
@@ -405,7 +419,7 @@ struct Harness {
         where("block_query_tiles(key block=%lld, block_m=%lld)", (long long)n,
               (long long)block_m);
         int m_first = 0, m_count = 0;
-        with_tile(block_m, [&](auto tile) {
+        with_query_tile(block_m, [&](auto tile) {
             fa2::block_query_tiles<decltype(tile)::value>(win, static_cast<int>(seqlen_q),
                                                           static_cast<int>(key_first),
                                                           static_cast<int>(key_last), m_first,
@@ -509,8 +523,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     p.window_left = pick_window(in, p.seqlen_q, p.seqlen_k);
     p.window_right = pick_window(in, p.seqlen_q, p.seqlen_k);
     if (p.causal) p.window_right = (flags & 2) ? 0 : -1;  // fa2_plan accepts only these
-    p.block_m = kTileSizes[in.take(1) % kNumTileSizes];
-    p.block_n = kTileSizes[in.take(1) % kNumTileSizes];
+    p.block_m = kQueryTileSizes[in.take(1) % (sizeof kQueryTileSizes / sizeof(int))];
+    p.block_n = kKeyTileSizes[in.take(1) % (sizeof kKeyTileSizes / sizeof(int))];
     Rng rng{in.take(8)};
     g_where = "";
 

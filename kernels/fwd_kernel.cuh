@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_fwd_para
     }
 
     float inv_sum[Tr::kMTiles][2], lse[Tr::kMTiles][2];
-    softmax.finish(p.softmax_scale, inv_sum, lse);
+    softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * Tr::kRowsPerWarp;
     store_acc<Elem>(o, inv_sum,

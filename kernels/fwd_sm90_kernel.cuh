@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd
     }
 
     float inv_sum[1][2], lse[1][2];
-    softmax.finish(p.softmax_scale, inv_sum, lse);
+    softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * 16;
     store_acc<Elem>(o, inv_sum,

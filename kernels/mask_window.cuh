@@ -7,7 +7,7 @@
 // Windows are aligned to the bottom-right corner: key j is visible from query i when
 // i + offset - window_left <= j <= i + offset + window_right, offset = seqlen_k -
 // seqlen_q, and j < seqlen_k. The sums stay inside int32 because seqlen_q, seqlen_k <=
-// FA2_MAX_SEQLEN = 2^30 and the host passes windows through fa2_kernel_window_left/right
+// FA2_MAX_SEQLEN = 2^22 (any bound up to 2^30 would do) and the host passes windows through fa2_kernel_window_left/right
 // (kernels/fwd_params.h), so a window is -1 or below its sequence length; and, for the
 // padding rows of a last query tile that the kernels test too, because every query tile
 // height divides 2^30 (tests/fuzz/fuzz_mask.cpp asserts that of the tile tables).

@@ -57,9 +57,14 @@ struct OnlineSoftmax {
                     m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
                 m = quad_max(m);
                 // A row with nothing visible yet keeps max = -inf: use 0 as the
-                // exponent's offset so that exp2(-inf - 0) = 0 and never NaN.
-                const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-                const float alpha = exp2_approx(row_max[mt][h] * scale_log2 - m_scaled);
+                // exponent's offset so that exp2(-inf - 0) = 0 and never NaN. The
+                // offsets are rounded products (__fmul_rn, never fused into the
+                // subtraction), so that alpha = 1 exactly while the max holds and every
+                // block's p carries the same rounding of max * scale_log2: at large
+                // scales (|max * scale_log2| ~ 1e6) that rounding is a sizeable exponent.
+                const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+                const float alpha =
+                    exp2_approx(__fmul_rn(row_max[mt][h], scale_log2) - m_scaled);
                 row_max[mt][h] = m;
                 float sum = 0.f;
 #pragma unroll
@@ -82,8 +87,9 @@ struct OnlineSoftmax {
 
     // After the last block: completes the row sums across the quad, returns 1/sum
     // per row (0 for rows that saw nothing) and the log-sum-exp in natural units
-    // (-inf for those rows).
-    __device__ __forceinline__ void finish(float scale, float (&inv_sum)[kMTiles][2],
+    // (-inf for those rows), from the same rounded offset max * scale_log2 the sums
+    // were taken against.
+    __device__ __forceinline__ void finish(float scale_log2, float (&inv_sum)[kMTiles][2],
                                            float (&lse)[kMTiles][2])
     {
 #pragma unroll
@@ -93,7 +99,9 @@ struct OnlineSoftmax {
                 const float sum = quad_sum(row_sum[mt][h]);
                 const bool empty = sum == 0.f || row_max[mt][h] == -INFINITY;
                 inv_sum[mt][h] = empty ? 0.f : 1.f / sum;
-                lse[mt][h] = empty ? -INFINITY : row_max[mt][h] * scale + logf(sum);
+                lse[mt][h] = empty ? -INFINITY
+                                   : (__fmul_rn(row_max[mt][h], scale_log2) + log2f(sum)) *
+                                         0.6931471805599453f; /* ln 2 */
             }
         }
     }

@@ -77,7 +77,7 @@ STATUS_NAMES = {
 globals().update({name: code for code, name in STATUS_NAMES.items()})
 
 # Limits fa2_plan enforces (FA2_MAX_* in include/fa2.h).
-MAX_SEQLEN = 1 << 30         # seqlen_q, seqlen_k
+MAX_SEQLEN = 1 << 22         # seqlen_q, seqlen_k
 MAX_WINDOW = 2147483647      # window_left, window_right
 MAX_SOFTMAX_SCALE = 65536.0  # softmax_scale
 

@@ -2,10 +2,11 @@
  * a device). Every case checks chosen query rows against a double reference computed
  * for those rows only (gpu_rows.h), so that tensors of more than 2^31 elements can be
  * checked too:
- *   - >2^31 elements: K/V with seqlen_k = 2^24 + 1 (d 128: 2^31 + 128 elements, 4.3 GB
- *     each), windowed (rows see only the keys past element 2^31) and full (bf16: with
- *     2^24 keys the probabilities, ~1e-7, are subnormal in fp16); Q/O/dO/dQ
- *     with seqlen_q = 2^24 + 1. Forward and backward (dQ rows; dK/dV rows when cheap).
+ *   - >2^31 elements: K/V with seqlen_k = FA2_MAX_SEQLEN = 2^22 and 5 heads (d 128:
+ *     2.7e9 elements, 5.4 GB each), windowed (rows see only the keys past element 2^31)
+ *     and full (bf16: with 2^22 keys the probabilities, ~2e-7, are near fp16's
+ *     subnormals); Q/O/dO/dQ with seqlen_q = 2^22 and 5 heads. Forward and backward (dQ
+ *     rows; dK/dV rows when cheap).
  *   - seqlen 1 (as q, as k, both) and seqlen 128k (one head, a few rows).
  *   - logits of +-1e4 scale (large inputs and scales): matches the reference, finite.
  *   - NaN/inf in Q, K or V (forward): rows that see a NaN are NaN; with NaN in Q or K
@@ -65,19 +66,19 @@ typedef struct hcase_t {
     int64_t poison_row;      /* the row (of Q, or of K/V) holding the bad element */
 } hcase_t;
 
-#define P24 ((INT64_C(1) << 24) + 1)
+#define MAXLEN ((int64_t)FA2_MAX_SEQLEN) /* 2^22; with 5 heads of d 128, > 2^31 elements */
 #define BF FA2_DTYPE_BF16
 #define FP FA2_DTYPE_FP16
 #define NOROWS {-1, -1, -1, -1, -1, -1}
 
 static const hcase_t cases[] = {
     /* > 2^31 elements */
-    {"big_kv_window", BF, 1, 4, P24, 1, 1, 128, 0, 200, -1, 0, 1, 1, 1, 1, NOROWS,
-     P24 - 300, P24, NO_POISON, 0},
-    {"big_kv_full", BF, 1, 2, P24, 1, 1, 128, 0, -1, -1, 0, 1, 1, 1, 1, NOROWS, P24 - 64, P24,
-     NO_POISON, 0},
-    {"big_q", BF, 1, P24, 100, 1, 1, 128, 0, -1, -1, 0, 1, 1, 1, 0,
-     {0, 1, INT64_C(1) << 23, (INT64_C(1) << 24) - 1, INT64_C(1) << 24, -1}, 0, 0, NO_POISON, 0},
+    {"big_kv_window", BF, 1, 4, MAXLEN, 5, 5, 128, 0, 200, -1, 0, 1, 1, 1, 1, NOROWS,
+     MAXLEN - 300, MAXLEN, NO_POISON, 0},
+    {"big_kv_full", BF, 1, 2, MAXLEN, 5, 5, 128, 0, -1, -1, 0, 1, 1, 1, 1, NOROWS, MAXLEN - 64,
+     MAXLEN, NO_POISON, 0},
+    {"big_q", BF, 1, MAXLEN, 100, 5, 5, 128, 0, -1, -1, 0, 1, 1, 1, 0,
+     {0, 1, INT64_C(1) << 21, MAXLEN - 2, MAXLEN - 1, -1}, 0, 0, NO_POISON, 0},
     /* seqlen 1 */
     {"seqlen_1x1", FP, 1, 1, 1, 2, 2, 64, 0, -1, -1, 0, 1, 0, 1, 1, NOROWS, 0, 1, NO_POISON, 0},
     {"seqlen_q1_k777_causal", BF, 2, 1, 777, 4, 2, 128, 1, -1, -1, 0, 1, 0, 1, 1, NOROWS, 0, 777,

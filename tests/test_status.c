@@ -274,7 +274,7 @@ static void test_problem_init_huge_sizes(void **state)
     fa2_device_info_t d = h200();
     fa2_plan_t plan;
     (void)state;
-    fa2_problem_init(&p, FA2_DTYPE_FP16, 2, FA2_MAX_SEQLEN, FA2_MAX_SEQLEN, INT32_MAX, INT32_MAX,
+    fa2_problem_init(&p, FA2_DTYPE_FP16, 4, FA2_MAX_SEQLEN, FA2_MAX_SEQLEN, INT32_MAX, INT32_MAX,
                      256);
     /* Saturated, not wrapped: a batch stride is never below a sequence stride. */
     assert_true(p.q_batch_stride >= p.q_seq_stride);

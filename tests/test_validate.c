@@ -174,11 +174,11 @@ static void test_seqlen_q(void **state)
     EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_q=0", NULL);
     p.seqlen_q = I32MAX + 1;
     EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_q=2147483648", NULL);
-    /* FA2_MAX_SEQLEN = 2^30 keeps the kernels' index sums in int32 */
+    /* FA2_MAX_SEQLEN = 2^22: fp32 sums stay accurate, index sums stay in int32 */
     p.seqlen_q = I32MAX;
-    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_q=2147483647", "1073741824");
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_q=2147483647", "4194304");
     p.seqlen_q = FA2_MAX_SEQLEN + 1;
-    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_q=1073741825", "1073741824");
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_q=4194305", "4194304");
     p = base();
     p.batch = 1;
     p.seqlen_q = FA2_MAX_SEQLEN;
@@ -195,7 +195,7 @@ static void test_seqlen_k(void **state)
     p.seqlen_k = I32MAX + 1;
     EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_k=2147483648", NULL);
     p.seqlen_k = FA2_MAX_SEQLEN + 1;
-    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_k=1073741825", "1073741824");
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "seqlen_k=4194305", "4194304");
     p.seqlen_k = 0; /* allowed: O = 0, LSE = -inf */
     EXPECT_OK(&p, &d);
     p.batch = 1;
@@ -357,8 +357,8 @@ static void test_overflow_seq_stride(void **state)
     fa2_device_info_t d = h200();
     (void)state;
     p.seqlen_k = FA2_MAX_SEQLEN;
-    p.k_seq_stride = INT64_C(1) << 34;
-    EXPECT_FAIL(&p, &d, FA2_ERROR_SIZE_OVERFLOW, "k:", "seqlen=1073741824");
+    p.k_seq_stride = INT64_C(1) << 42;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_SIZE_OVERFLOW, "k:", "seqlen=4194304");
     p = base();
     p.heads_q = p.heads_kv = I32MAX;
     p.q_head_stride = INT64_C(1) << 33;

@@ -2,8 +2,8 @@
 // compiled as plain host C++ with -fsanitize=fuzzer,address,undefined and
 // -fno-sanitize-recover=undefined, so a signed int32 overflow in it aborts.
 //
-// Each input is one problem: seqlen_q in [1, 2^30], seqlen_k in [0, 2^30], causal,
-// window_left/right in [-1, 2^31-1] (biased toward 0, 1, 2^30, 2^31-1, the sequence
+// Each input is one problem: seqlen_q in [1, FA2_MAX_SEQLEN], seqlen_k in [0, FA2_MAX_SEQLEN], causal,
+// window_left/right in [-1, 2^31-1] (biased toward 0, 1, FA2_MAX_SEQLEN, 2^31-1, the sequence
 // lengths +-1 and the like), a query tile (block_m) and key block (block_n) size. The
 // windows reach the helpers as the library passes them: causal folded into
 // window_right = 0, then clamped by fa2_kernel_window_left/right (kernels/fwd_params.h).

@@ -1,9 +1,13 @@
 // Kernel launches as every launcher here makes them, in two steps so that a failure
 // leaves nothing queued: allow_smem() for every kernel of a call first (the only
-// fallible set-up), then launch() each. A launch returns its own status, never an
-// error the application left pending. Both pass through fa2_fault() (fault_hook.h).
+// fallible set-up), then launch() each. Neither reports nor clears an error the
+// application left pending in the runtime: a launch returns its own status, and the
+// shared-memory attribute is set through the driver (cudaFuncSetAttribute clears the
+// runtime's pending error; measured with CUDA 13.0). Both pass through fa2_fault()
+// (fault_hook.h).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -11,13 +15,44 @@
 
 namespace fa2 {
 
+using DriverSetAttribute = CUresult (*)(CUfunction, CUfunction_attribute, int);
+
+// cuFuncSetAttribute, looked up once (no link to the driver library); NULL if missing.
+inline DriverSetAttribute driver_set_attribute()
+{
+    static const DriverSetAttribute fn = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuFuncSetAttribute", &p, 12000,
+                                                               cudaEnableDefault, &found);
+#else
+        const cudaError_t e =
+            cudaGetDriverEntryPoint("cuFuncSetAttribute", &p, cudaEnableDefault, &found);
+#endif
+        return e == cudaSuccess && found == cudaDriverEntryPointSuccess
+                   ? reinterpret_cast<DriverSetAttribute>(p)
+                   : nullptr;
+    }();
+    return fn;
+}
+
 // Raises the kernel's dynamic shared-memory limit when it needs more than 48 KiB.
 template <typename Kernel>
 cudaError_t allow_smem(Kernel kernel, int smem_bytes)
 {
     if (smem_bytes <= 48 * 1024) return cudaSuccess;
-    if (const int e = fa2_fault("cudaFuncSetAttribute")) return static_cast<cudaError_t>(e);
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (const int e = fa2_fault("cuFuncSetAttribute")) return static_cast<cudaError_t>(e);
+    const DriverSetAttribute set = driver_set_attribute();
+    cudaFunction_t function = nullptr;
+    if (!set) return cudaErrorSymbolNotFound;
+    const cudaError_t e = cudaGetFuncBySymbol(&function, reinterpret_cast<const void *>(kernel));
+    if (e != cudaSuccess) return e;
+    // The driver's codes for what can fail here equal the runtime's (both number them
+    // alike since CUDA 11).
+    return static_cast<cudaError_t>(set(reinterpret_cast<CUfunction>(function),
+                                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        smem_bytes));
 }
 
 // A 1-D grid of `grid` blocks (none: nothing to do). The planner bounds every grid by

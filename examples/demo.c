@@ -12,8 +12,8 @@
 #include "fa2.h"
 #include "oracle.h"
 
-/* bf16 output vs the double oracle: rounding O alone costs ~2e-3 (METHOD.md: bf16
- * lands between 1e-3 and 1e-2). The LSE is fp32 math on exact inputs. */
+/* bf16 output vs the double oracle: rounding O alone costs ~2e-3 (bf16 results
+ * land between 1e-3 and 1e-2). The LSE is fp32 math on exact inputs. */
 #define MAX_REL_L2_O 1e-2
 #define MAX_ABS_ERR_LSE 1e-3
 

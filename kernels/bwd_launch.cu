@@ -4,8 +4,8 @@
 #include <cuda_fp16.h>
 
 #include "bwd_run.h"
-#include "bwd_sm90_tiles.h"
-#include "bwd_tiles.h"
+#include "sm90/bwd_sm90_tiles.h"
+#include "sm80/bwd_tiles.h"
 
 static cudaError_t dispatch(const fa2_bwd_params_t *p, cudaStream_t s, bool &queued)
 {

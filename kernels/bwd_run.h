@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "bwd_params.h"
+#include "common/bwd_params.h"
 
 namespace fa2 {
 

@@ -4,8 +4,8 @@
 #include <cuda_fp16.h>
 
 #include "fwd_run.h"
-#include "fwd_sm90_tiles.h"
-#include "fwd_tiles.h"
+#include "sm90/fwd_sm90_tiles.h"
+#include "sm80/fwd_tiles.h"
 
 extern "C" int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
 {

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "fwd_params.h"
+#include "common/fwd_params.h"
 
 namespace fa2 {
 

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "bwd_params.h"
+#include "common/bwd_params.h"
 #include "internal.h"
 
 /* The reason fa2_plan recorded when this plan has no backward. */

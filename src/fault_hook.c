@@ -1,4 +1,4 @@
-/* The tests' fault-injection hook (kernels/fault_hook.h); NULL in every real use. */
-#include "fault_hook.h"
+/* The tests' fault-injection hook (kernels/common/fault_hook.h); NULL in every real use. */
+#include "common/fault_hook.h"
 
 fa2_fault_hook_t fa2_fault_hook = 0;

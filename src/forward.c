@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "fwd_params.h"
+#include "common/fwd_params.h"
 #include "internal.h"
 
 fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align)

@@ -27,7 +27,7 @@ void fa2_clear_error(void);
 #define FA2_PROBLEM_V1_SIZE sizeof(fa2_problem_t)
 #define FA2_DEVICE_INFO_V1_SIZE sizeof(fa2_device_info_t)
 
-/* One row of kernels/fwd_tiles.h (arch 80) or kernels/fwd_sm90_tiles.h (arch 90). */
+/* One row of kernels/sm80/fwd_tiles.h (arch 80) or kernels/sm90/fwd_sm90_tiles.h (arch 90). */
 typedef struct fa2_fwd_tile_t {
     int32_t head_dim_bucket;
     int32_t block_m;

@@ -3,9 +3,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "bwd_sm90_tiles.h"
-#include "bwd_tiles.h"
-#include "fwd_tiles.h"
+#include "common/bwd_rows.h"
+#include "sm90/bwd_sm90_tiles.h"
+#include "sm80/bwd_tiles.h"
+#include "sm80/fwd_tiles.h"
 #include "internal.h"
 
 static int64_t ceil_div(int64_t a, int64_t b)

@@ -8,7 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "fault_hook.h"
+#include "common/fault_hook.h"
 #include "internal.h"
 
 /* fa2_plan_t has no padding, so memcmp compares exactly its fields. */

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "fwd_sm90_tiles.h"
-#include "fwd_tiles.h"
+#include "sm90/fwd_sm90_tiles.h"
+#include "sm80/fwd_tiles.h"
 #include "internal.h"
 
 int fa2_head_dim_bucket(int64_t head_dim)

@@ -1,5 +1,5 @@
 /* CUDA failures inside fa2_forward / fa2_backward (label gpu; exit 77 without a device).
- * Links the static library for its fault-injection hook (kernels/fault_hook.h).
+ * Links the static library for its fault-injection hook (kernels/common/fault_hook.h).
  *
  *   - Every CUDA call site: for each route (Hopper and mma.sync kernels, the backward's
  *     atomic, deterministic and split routes), the k-th CUDA runtime call of the call is
@@ -23,7 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "fa2.h"
-#include "fault_hook.h"
+#include "common/fault_hook.h"
 #include "gpu_rows.h"
 
 #define INJECTED cudaErrorNotPermitted /* what a failed call reports */

@@ -505,7 +505,7 @@ static void test_plan_backward_fields(void **state)
             assert_true(plan.bwd_dq_block_m >= 16 && plan.bwd_dq_block_n >= 16);
             assert_true(plan.bwd_smem_bytes > 0 &&
                         plan.bwd_smem_bytes <= info.smem_per_block_optin);
-            /* Hopper rows (both modes): buckets 64, 128, 256 (kernels/bwd_sm90_tiles.h);
+            /* Hopper rows (both modes): buckets 64, 128, 256 (kernels/sm90/bwd_sm90_tiles.h);
              * 256 is split. */
             const int bucket = plan.head_dim_bucket;
             const int hopper = FA2_SM90A_BUILD && (bucket == 64 || bucket == 128 || bucket == 256);

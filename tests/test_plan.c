@@ -13,11 +13,11 @@
 
 #include <cmocka.h>
 
-#include "bwd_sm90_tiles.h"
-#include "bwd_tiles.h"
+#include "sm90/bwd_sm90_tiles.h"
+#include "sm80/bwd_tiles.h"
 #include "fa2.h"
-#include "fwd_sm90_tiles.h"
-#include "fwd_tiles.h"
+#include "sm90/fwd_sm90_tiles.h"
+#include "sm80/fwd_tiles.h"
 
 typedef struct tile_t {
     int64_t bucket, br, bc, warps, arch, smem;
@@ -457,8 +457,8 @@ static void test_h200_worked_example(void **state)
 }
 
 /* Which kernel family runs where: the Hopper kernels (arch 90) only on cc 9.0, only
- * in a build with sm_90a code, only for the buckets of their tables, and for the
- * backward only in default mode; the mma.sync kernels (arch 80) everywhere else. */
+ * in a build with sm_90a code, only for the buckets of their tables (the backward in
+ * both modes); the mma.sync kernels (arch 80) everywhere else. */
 static void test_kernel_family(void **state)
 {
     static const int32_t ccs[][2] = {{8, 0}, {8, 6}, {8, 9}, {9, 0}, {10, 0}, {12, 0}};

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "fa2.h"
-#include "fwd_tiles.h"
+#include "sm80/fwd_tiles.h"
 
 #define I32MAX INT64_C(2147483647)
 

@@ -1,4 +1,4 @@
-/* The Hopper wgmma building blocks (kernels/wgmma.cuh) in isolation: descriptors for
+/* The Hopper wgmma building blocks (kernels/sm90/wgmma.cuh) in isolation: descriptors for
  * K-major and MN-major panel tiles, A from shared memory and from registers. Skips
  * (77) without an sm_90 device; registered only in builds with sm_90a code. */
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 // One warpgroup multiplies C[64×128] = A[64×64] · B[64×128] with wgmma, the operands
-// in the panel layout of kernels/wgmma.cuh: A K-major; B K-major (stored as Bᵀ, the
+// in the panel layout of kernels/sm90/wgmma.cuh: A K-major; B K-major (stored as Bᵀ, the
 // S = Q Kᵀ case) or MN-major (stored as B, the O += P V case), A from shared memory or
 // from registers. Checks the descriptors and fragment layouts in isolation.
 #include <cuda_bf16.h>
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "wgmma.cuh"
+#include "sm90/wgmma.cuh"
 #include "wgmma_probe.h"
 
 namespace {

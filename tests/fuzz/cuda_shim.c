@@ -9,7 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "bwd_params.h"
+#include "common/bwd_params.h"
 #include "fuzz_shim.h"
 
 fuzz_shim_t g_shim;

@@ -1,4 +1,4 @@
-// libFuzzer harness over the kernels' mask and range arithmetic (kernels/mask_window.cuh),
+// libFuzzer harness over the kernels' mask and range arithmetic (kernels/common/mask_window.cuh),
 // compiled as plain host C++ with -fsanitize=fuzzer,address,undefined and
 // -fno-sanitize-recover=undefined, so a signed int32 overflow in it aborts.
 //
@@ -6,7 +6,7 @@
 // window_left/right in [-1, 2^31-1] (biased toward 0, 1, FA2_MAX_SEQLEN, 2^31-1, the sequence
 // lengths +-1 and the like), a query tile (block_m) and key block (block_n) size. The
 // windows reach the helpers as the library passes them: causal folded into
-// window_right = 0, then clamped by fa2_kernel_window_left/right (kernels/fwd_params.h).
+// window_right = 0, then clamped by fa2_kernel_window_left/right (kernels/common/fwd_params.h).
 // The reference is an int64 model of the unclamped rule of include/fa2.h: query row i
 // sees key j in [0, seqlen_k) when j >= i + offset - window_left (window_left >= 0) and
 // j <= i + offset + window_right (window_right >= 0), offset = seqlen_k - seqlen_q.
@@ -29,13 +29,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bwd_sm90_tiles.h"
-#include "bwd_tiles.h"
+#include "sm90/bwd_sm90_tiles.h"
+#include "sm80/bwd_tiles.h"
 #include "fa2.h"
-#include "fwd_params.h"
-#include "fwd_sm90_tiles.h"
-#include "fwd_tiles.h"
-#include "mask_window.cuh"
+#include "common/fwd_params.h"
+#include "sm90/fwd_sm90_tiles.h"
+#include "sm80/fwd_tiles.h"
+#include "common/mask_window.cuh"
 
 namespace {
 

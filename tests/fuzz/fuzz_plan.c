@@ -25,8 +25,8 @@
  *    grid_blocks == batch * heads_q * ceil(seqlen_q / block_m) <= 2^31-1, the problem
  *    is copied unchanged (scale resolved), the backward fields agree with
  *    bwd_supported / bwd_status, and fwd_arch / bwd_arch are 80 or 90, 90 only on a
- *    cc 9.0 device (the backward only in default mode), exactly for the buckets of
- *    the Hopper tables (kernels/fwd_sm90_tiles.h, bwd_sm90_tiles.h) when the build
+ *    cc 9.0 device (the backward in both modes), exactly for the buckets of
+ *    the Hopper tables (kernels/sm90/fwd_sm90_tiles.h, bwd_sm90_tiles.h) when the build
  *    defines FA2_WITH_SM90A (tests/fuzz/CMakeLists.txt does), never otherwise.
  *  - fa2_forward / fa2_backward on a successful plan: the status an independent model
  *    of the documented checks predicts (overlaps in 128-bit arithmetic, the current
@@ -43,11 +43,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bwd_sm90_tiles.h"
-#include "bwd_tiles.h"
+#include "sm90/bwd_sm90_tiles.h"
+#include "common/bwd_rows.h"
+#include "sm80/bwd_tiles.h"
 #include "fa2.h"
 #include "fuzz_shim.h"
-#include "fwd_sm90_tiles.h"
+#include "sm90/fwd_sm90_tiles.h"
 
 #define CHECK(cond)                                                                       \
     do {                                                                                  \

@@ -2,7 +2,7 @@
 #ifndef FA2_FUZZ_SHIM_H
 #define FA2_FUZZ_SHIM_H
 
-#include "bwd_params.h"
+#include "common/bwd_params.h"
 
 typedef struct fuzz_shim_t {
     /* what the fakes return */

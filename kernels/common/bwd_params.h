@@ -3,7 +3,7 @@
 #ifndef FA2_BWD_PARAMS_H
 #define FA2_BWD_PARAMS_H
 
-#include "fwd_params.h"
+#include "common/fwd_params.h"
 
 #ifdef __cplusplus
 extern "C" {

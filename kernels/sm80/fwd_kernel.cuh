@@ -7,12 +7,12 @@
 
 #include <stdint.h>
 
-#include "fwd_mask.cuh"
-#include "fwd_params.h"
-#include "fwd_traits.cuh"
-#include "ptx.cuh"
-#include "softmax.cuh"
-#include "warp_gemm.cuh"
+#include "common/mask.cuh"
+#include "common/fwd_params.h"
+#include "sm80/fwd_traits.cuh"
+#include "common/ptx.cuh"
+#include "common/softmax.cuh"
+#include "common/warp_gemm.cuh"
 
 namespace fa2 {
 
@@ -23,24 +23,6 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const typename Tr::Elem
 {
     load_tile<typename Tr::Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
         smem, gmem, row_stride, rows_valid, head_dim, tid);
-}
-
-// Sets scores of invisible (row, key) pairs to -inf. row0/key0: the tile's first
-// query row and key of this warp's fragment origin.
-template <typename Tr>
-__device__ __forceinline__ void apply_mask(float (&s)[Tr::kMTiles][Tr::kNTiles][4],
-                                           const KeyWindow &win, int row0, int key0, int lane)
-{
-#pragma unroll
-    for (int mt = 0; mt < Tr::kMTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < Tr::kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = row0 + mt * 16 + (lane >> 2) + 8 * (e >> 1);
-                const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-                if (!win.visible(row, key)) s[mt][nt][e] = -INFINITY;
-            }
 }
 
 template <typename Tr>

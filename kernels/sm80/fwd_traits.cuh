@@ -1,8 +1,8 @@
-// Compile-time shape of one forward kernel: tile sizes from kernels/fwd_tiles.h and
+// Compile-time shape of one forward kernel: tile sizes from kernels/sm80/fwd_tiles.h and
 // everything derived from them.
 #pragma once
 
-#include "fwd_tiles.h"
+#include "sm80/fwd_tiles.h"
 
 namespace fa2 {
 

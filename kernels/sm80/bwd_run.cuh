@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "bwd_kernels.cuh"
+#include "sm80/bwd_kernels.cuh"
 #include "bwd_run.h"
-#include "launch.cuh"
+#include "common/launch.cuh"
 
 namespace fa2 {
 

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "ptx.cuh"
+#include "common/ptx.cuh"
 
 namespace fa2 {
 

@@ -4,8 +4,8 @@
 
 #include <math.h>
 
-#include "fwd_params.h"
-#include "mask_window.cuh"
+#include "common/fwd_params.h"
+#include "common/mask_window.cuh"
 
 namespace fa2 {
 
@@ -38,6 +38,24 @@ __device__ __forceinline__ QueryTile query_tile(const fa2_fwd_params_t &p)
     t.win = KeyWindow{p.seqlen_k - p.seqlen_q, p.window_left, p.window_right, p.seqlen_k};
     tile_key_blocks<kBlockN>(t.win, t.row_first, t.row_last, t.n_first, t.n_end);
     return t;
+}
+
+// Sets scores of invisible (row, key) pairs to -inf. row0/key0: the tile's first
+// query row and key of this warp's fragment origin.
+template <typename Tr>
+__device__ __forceinline__ void apply_mask(float (&s)[Tr::kMTiles][Tr::kNTiles][4],
+                                           const KeyWindow &win, int row0, int key0, int lane)
+{
+#pragma unroll
+    for (int mt = 0; mt < Tr::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = row0 + mt * 16 + (lane >> 2) + 8 * (e >> 1);
+                const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+                if (!win.visible(row, key)) s[mt][nt][e] = -INFINITY;
+            }
 }
 
 }  // namespace fa2

@@ -40,7 +40,7 @@ typedef struct fa2_fwd_params_t {
 /* The window the kernels run: -1 (unbounded) when it reaches past every key anyway
  * (window_left >= seqlen_k, window_right >= seqlen_q), else the window itself. With
  * seqlen_q, seqlen_k <= FA2_MAX_SEQLEN = 2^22 (< 2^30) this keeps every row +- offset +- window
- * sum of the mask and range code (kernels/fwd_mask.cuh) inside int32. */
+ * sum of the mask and range code (kernels/common/mask.cuh) inside int32. */
 static inline int32_t fa2_kernel_window_left(int64_t window_left, int64_t seqlen_k)
 {
     return window_left < 0 || window_left >= seqlen_k ? -1 : (int32_t)window_left;

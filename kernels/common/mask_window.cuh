@@ -8,7 +8,7 @@
 // i + offset - window_left <= j <= i + offset + window_right, offset = seqlen_k -
 // seqlen_q, and j < seqlen_k. The sums stay inside int32 because seqlen_q, seqlen_k <=
 // FA2_MAX_SEQLEN = 2^22 (any bound up to 2^30 would do) and the host passes windows through fa2_kernel_window_left/right
-// (kernels/fwd_params.h), so a window is -1 or below its sequence length; and, for the
+// (kernels/common/fwd_params.h), so a window is -1 or below its sequence length; and, for the
 // padding rows of a last query tile that the kernels test too, because every query tile
 // height divides 2^30 (tests/fuzz/fuzz_mask.cpp asserts that of the tile tables).
 #pragma once
@@ -73,8 +73,8 @@ struct KeyWindow {
 
     // visible() without short-circuit evaluation, for the backward's fully unrolled
     // fragment loops, where `&&` and `||` became a branch per element. The forward keeps
-    // visible(): this form raised its d = 64 kernel from 164 to 214 registers (three
-    // blocks per SM to two; docs/performance.md, "Hopper backward, fourth pass").
+    // visible(), which costs its Hopper d = 64 kernel fewer registers (one more block
+    // per SM).
     FA2_MASK_FN bool visible_flat(int row, int key) const
     {
         const int diag = row + offset;

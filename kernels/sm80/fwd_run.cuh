@@ -3,9 +3,9 @@
 
 #include <stdint.h>
 
-#include "fwd_kernel.cuh"
+#include "sm80/fwd_kernel.cuh"
 #include "fwd_run.h"
-#include "launch.cuh"
+#include "common/launch.cuh"
 
 namespace fa2 {
 

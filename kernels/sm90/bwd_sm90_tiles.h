@@ -1,7 +1,8 @@
 /* The Hopper (sm_90a, wgmma) dK/dV kernel's compiled tiles, one row per head-dim
- * bucket it serves; read by the planner (C) and the kernels. It runs the default
- * (atomic dQ) mode on sm_90 devices; other buckets, devices and deterministic mode run
- * the mma.sync kernels (kernels/bwd_tiles.h). Why: docs/planning.md. */
+ * bucket it serves; read by the planner (C) and the kernels. It runs on sm_90 devices
+ * in both modes (dQ by atomics, or by the Hopper dQ kernel: deterministic mode and
+ * split rows); other buckets and devices run the mma.sync kernels
+ * (kernels/sm80/bwd_tiles.h). Why: docs/planning.md. */
 #ifndef FA2_BWD_SM90_TILES_H
 #define FA2_BWD_SM90_TILES_H
 
@@ -10,7 +11,7 @@
 /* (head_dim_bucket, warpgroups, block_m (queries per step), split).
  *   split 0: block_n = 64 keys per warpgroup; block_m = 64, or 64 per warpgroup.
  *   split 1: block_n = 64 keys shared by two warpgroups that split each step's work and
- *            the d columns (kernels/bwd_sm90_split_kernel.cuh), block_m = 64: for head
+ *            the d columns (kernels/sm90/bwd_sm90_split_kernel.cuh), block_m = 64: for head
  *            dims whose dK and dV (64 × d each) do not fit one warpgroup's registers.
  * Overridable for tuning (CMake -DFA2_SM90_BWD_TILE_D128="128,2,64,0"). */
 #if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
@@ -53,7 +54,7 @@ static inline int fa2_bwd_sm90_split(int64_t head_dim_bucket)
     return 0;
 }
 
-/* The Hopper dQ kernel (kernels/bwd_sm90_dq_kernel.cuh; deterministic mode, and split
+/* The Hopper dQ kernel (kernels/sm90/bwd_sm90_dq_kernel.cuh; deterministic mode, and split
  * rows): 128 query rows per thread block (a warpgroup per 64), 64 keys per step.
  * Shared memory: Q and dO (128 rows), K double buffered and V (64 rows), 1 KiB for
  * 1024-byte alignment. */

@@ -11,11 +11,12 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "bwd_kernels.cuh"
-#include "bwd_sm90_tiles.h"
-#include "exp_scores.cuh"
-#include "fwd_mask.cuh"
-#include "wgmma.cuh"
+#include "common/bwd_rows.cuh"
+#include "common/warp_gemm.cuh"
+#include "sm90/bwd_sm90_tiles.h"
+#include "common/exp_scores.cuh"
+#include "common/mask.cuh"
+#include "sm90/wgmma.cuh"
 
 namespace fa2 {
 

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "bwd_sm90_kernel.cuh"
+#include "sm90/bwd_sm90_kernel.cuh"
 
 namespace fa2 {
 

@@ -7,9 +7,13 @@
 
 #include <stdint.h>
 
-#include "fwd_kernel.cuh"
-#include "fwd_sm90_tiles.h"
-#include "wgmma.cuh"
+#include "common/fwd_params.h"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/softmax.cuh"
+#include "common/warp_gemm.cuh"
+#include "sm90/fwd_sm90_tiles.h"
+#include "sm90/wgmma.cuh"
 
 namespace fa2 {
 

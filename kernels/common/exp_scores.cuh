@@ -2,12 +2,12 @@
 // c = −LSE·log2(e) of the element's query row, zero where the key is not visible. The
 // per-element mask runs only in blocks that need one, and that test stays outside the
 // element loop: written inside it, the compiler branched at every element and the
-// exponentials no longer overlapped (docs/performance.md, "Hopper backward, fourth pass").
+// exponentials no longer overlapped.
 #pragma once
 
-#include "fwd_mask.cuh"
-#include "fwd_params.h"
-#include "ptx.cuh"
+#include "common/mask.cuh"
+#include "common/fwd_params.h"
+#include "common/ptx.cuh"
 
 namespace fa2 {
 

@@ -17,11 +17,12 @@
 
 #include <stdint.h>
 
-#include "bwd_block.cuh"
-#include "bwd_kernels.cuh"
-#include "bwd_sm90_tiles.h"
-#include "exp_scores.cuh"
-#include "wgmma.cuh"
+#include "common/bwd_block.cuh"
+#include "common/bwd_rows.cuh"
+#include "common/warp_gemm.cuh"
+#include "sm90/bwd_sm90_tiles.h"
+#include "common/exp_scores.cuh"
+#include "sm90/wgmma.cuh"
 
 namespace fa2 {
 

@@ -1,7 +1,7 @@
 // Compile-time shape of the backward kernels for one (element type, head dim).
 #pragma once
 
-#include "bwd_tiles.h"
+#include "sm80/bwd_tiles.h"
 
 namespace fa2 {
 

@@ -6,10 +6,10 @@
 
 #include <stdint.h>
 
-#include "bwd_params.h"
-#include "fwd_mask.cuh"
-#include "ptx.cuh"
-#include "warp_gemm.cuh"
+#include "common/bwd_params.h"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/warp_gemm.cuh"
 
 namespace fa2 {
 

@@ -1,6 +1,6 @@
 /* The Hopper (sm_90a, wgmma) forward kernel's compiled tiles, one row per head-dim
  * bucket it serves; read by the planner (C) and the kernels. Buckets without a row run
- * the mma.sync kernel (kernels/fwd_tiles.h) on every device. Why: docs/planning.md. */
+ * the mma.sync kernel (kernels/sm80/fwd_tiles.h) on every device. Why: docs/planning.md. */
 #ifndef FA2_FWD_SM90_TILES_H
 #define FA2_FWD_SM90_TILES_H
 

@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "fault_hook.h"
+#include "common/fault_hook.h"
 
 namespace fa2 {
 

@@ -12,13 +12,13 @@
 
 #include <stdint.h>
 
-#include "ptx.cuh"
+#include "common/ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA2_SM90A 1
 #endif
 
-#include "wgmma_ops.cuh"
+#include "sm90/wgmma_ops.cuh"
 
 namespace fa2 {
 

@@ -8,10 +8,12 @@
 
 #include <stdint.h>
 
-#include "bwd_run.cuh"
-#include "bwd_sm90_dq_kernel.cuh"
-#include "bwd_sm90_kernel.cuh"
-#include "bwd_sm90_split_kernel.cuh"
+#include "bwd_run.h"
+#include "common/bwd_rows.cuh"
+#include "common/launch.cuh"
+#include "sm90/bwd_sm90_dq_kernel.cuh"
+#include "sm90/bwd_sm90_kernel.cuh"
+#include "sm90/bwd_sm90_split_kernel.cuh"
 
 namespace fa2 {
 

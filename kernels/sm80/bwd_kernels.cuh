@@ -1,127 +1,30 @@
-// The backward pass (FlashAttention-2 Algorithm 2) as three kernels, none with
-// atomics, so results are bit-identical run to run:
-//   dot_do_o:  D = rowsum(dO ∘ O), fp32, row_lanes(d) lanes per query row;
+// The mma.sync backward (FlashAttention-2 Algorithm 2), after the row kernels'
+// D = rowsum(dO ∘ O) (common/bwd_rows.cuh):
 //   dkdv:      one block per (batch, kv head, key tile, column slice); loops over the
 //              query heads of the GQA group and the query tiles that see the keys,
 //              recomputes Sᵀ = K Qᵀ and Pᵀ = exp(scale·Sᵀ − LSE), dPᵀ = V dOᵀ,
 //              dSᵀ = Pᵀ ∘ (dPᵀ − D), and accumulates dV += Pᵀ dO, dK += dSᵀ Q in
 //              registers (keys as rows, so Pᵀ and dSᵀ are the A operand as computed);
-//   dq:        one block per (batch, head, query tile); recomputes S, P, dP, dS over
-//              the visible key tiles and accumulates dQ += dS K in registers.
-// Costs 7 GEMMs against the 5 of an atomic dQ; see docs/performance.md.
+//              in default mode it also adds dS K to the fp32 dQ accumulator with
+//              atomics (then converted by dq_convert);
+//   dq:        deterministic mode: one block per (batch, head, query tile); recomputes
+//              S, P, dP, dS over the visible key tiles and accumulates dQ += dS K in
+//              registers, with no atomics (7 GEMMs against 5, bit-identical runs).
 #pragma once
 
 #include <stdint.h>
 
-#include "bwd_block.cuh"
-#include "bwd_params.h"
-#include "bwd_tiles.h"
-#include "bwd_traits.cuh"
-#include "exp_scores.cuh"
-#include "fwd_mask.cuh"
-#include "ptx.cuh"
-#include "warp_gemm.cuh"
+#include "common/bwd_block.cuh"
+#include "common/bwd_params.h"
+#include "common/bwd_rows.cuh"
+#include "sm80/bwd_tiles.h"
+#include "sm80/bwd_traits.cuh"
+#include "common/exp_scores.cuh"
+#include "common/mask.cuh"
+#include "common/ptx.cuh"
+#include "common/warp_gemm.cuh"
 
 namespace fa2 {
-
-// Dot product of two vectors of 8 packed 16-bit values, in fp32.
-template <typename Elem>
-__device__ __forceinline__ float dot8(uint4 a, uint4 b)
-{
-    const uint32_t *x = reinterpret_cast<const uint32_t *>(&a);
-    const uint32_t *y = reinterpret_cast<const uint32_t *>(&b);
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 fx = unpack2<Elem>(x[i]), fy = unpack2<Elem>(y[i]);
-        s = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, s));
-    }
-    return s;
-}
-
-constexpr int kDotWarps = FA2_BWD_ROW_WARPS;
-
-// The row kernels (dot_do_o, dq_convert): lanes per query row (bwd_tiles.h), so every
-// lane moves 16 bytes of each 16-bit tensor.
-__host__ __device__ constexpr int row_lanes(int head_dim)
-{
-    return FA2_BWD_ROW_LANES(head_dim);
-}
-
-// Thread blocks (of 32 * kDotWarps threads) of a row kernel over `rows` rows.
-inline int64_t row_kernel_blocks(int64_t rows, int head_dim)
-{
-    return fa2_bwd_row_kernel_blocks(rows, head_dim);
-}
-
-// This thread's row of a row kernel (possibly past the last) and its first column.
-struct RowLane {
-    int64_t row;
-    int col;
-};
-
-__device__ __forceinline__ RowLane row_lane(int head_dim)
-{
-    const int lanes = row_lanes(head_dim);
-    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    return RowLane{t / lanes, static_cast<int>(t % lanes) * 8};
-}
-
-// D[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c] in fp32, row_lanes(d) lanes per
-// row. In atomic mode also zeroes the row's dQ accumulator.
-template <typename Elem>
-__global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_params_t p)
-{
-    const fa2_fwd_params_t &f = p.fwd;
-    const int lanes = row_lanes(f.head_dim);
-    const RowLane rl = row_lane(f.head_dim);
-    const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    const int64_t warp_row0 = rl.row - (threadIdx.x % 32) / lanes;
-    if (warp_row0 >= rows) return;  // whole warps only: the sum below shuffles
-    const bool live = rl.row < rows && rl.col < f.head_dim;
-    float s = 0.f;
-    if (live) {
-        const int i = static_cast<int>(rl.row % f.seqlen_q);
-        const int head = static_cast<int>((rl.row / f.seqlen_q) % f.heads_q);
-        const int batch = static_cast<int>(rl.row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
-        const int64_t offset = batch * f.o_batch_stride + head * f.o_head_stride +
-                               i * f.o_seq_stride + rl.col;
-        const uint4 o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(f.o) + offset);
-        const uint4 d_o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(p.d_o) + offset);
-        if (p.dq_accum) {
-            float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
-            acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-            acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        s = dot8<Elem>(o, d_o);
-    }
-    for (int m = lanes / 2; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
-    if (live && rl.col == 0) p.d_sum[rl.row] = s;
-}
-
-// dQ = scale · dq_accum, to the element type and Q's strides; row_lanes(d) lanes per
-// row.
-template <typename Elem>
-__global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bwd_params_t p)
-{
-    const fa2_fwd_params_t &f = p.fwd;
-    const RowLane rl = row_lane(f.head_dim);
-    if (rl.row >= static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q || rl.col >= f.head_dim)
-        return;
-    const int i = static_cast<int>(rl.row % f.seqlen_q);
-    const int head = static_cast<int>((rl.row / f.seqlen_q) % f.heads_q);
-    const int batch = static_cast<int>(rl.row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
-    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
-    const float4 a = acc[0], b = acc[1];
-    const float s = f.softmax_scale;
-    uint4 out;
-    out.x = pack2<Elem>(a.x * s, a.y * s);
-    out.y = pack2<Elem>(a.z * s, a.w * s);
-    out.z = pack2<Elem>(b.x * s, b.y * s);
-    out.w = pack2<Elem>(b.z * s, b.w * s);
-    *reinterpret_cast<uint4 *>(static_cast<Elem *>(p.dq) + batch * f.q_batch_stride +
-                               head * f.q_head_stride + i * f.q_seq_stride + rl.col) = out;
-}
 
 // kAtomicDq: also adds dS K into p.dq_accum with fp32 atomics (the dq kernel is then
 // not needed); else the dQ kernel computes dQ without atomics.

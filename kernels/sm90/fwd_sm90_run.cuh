@@ -4,8 +4,8 @@
 #include <stdint.h>
 
 #include "fwd_run.h"
-#include "launch.cuh"
-#include "fwd_sm90_kernel.cuh"
+#include "common/launch.cuh"
+#include "sm90/fwd_sm90_kernel.cuh"
 
 namespace fa2 {
 

@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "ptx.cuh"
+#include "common/ptx.cuh"
 
 namespace fa2 {
 

@@ -84,6 +84,7 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
     fa2_bwd_params_t p;
     fa2_status_t s;
     int e, outputs_queued = 0;
+    fa2_bwd_workspace_t ws = {0, 0};
 
     fa2_clear_error();
     if (!plan)
@@ -123,16 +124,14 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
     p.dq = dq;
     p.dk = dk;
     p.dv = dv;
-    /* Workspace: D (fp32 per query row, padded to 256 bytes), then the fp32 dQ
-     * accumulator when dQ is summed by atomics (plan_backward in plan.c sizes it). */
+    /* The plan's workspace layout (checked: the plan is fa2_plan's, so it fits) */
+    fa2_bwd_workspace_layout(&plan->problem,
+                             fa2_bwd_dq_by_atomics(plan->problem.deterministic, plan->bwd_arch,
+                                                   plan->head_dim_bucket),
+                             &ws);
     p.d_sum = (float *)workspace;
-    p.dq_accum = NULL;
+    p.dq_accum = ws.accum_offset ? (float *)((char *)workspace + ws.accum_offset) : NULL;
     p.use_sm90 = plan->bwd_arch == 90;
-    if (fa2_bwd_dq_by_atomics(plan->problem.deterministic, plan->bwd_arch,
-                              plan->head_dim_bucket)) {
-        const int64_t rows = plan->problem.batch * plan->problem.heads_q * plan->problem.seqlen_q;
-        p.dq_accum = (float *)((char *)workspace + (rows * 4 + 255) / 256 * 256);
-    }
 
     e = fa2_bwd_launch(&p, stream, &outputs_queued);
     if (e != 0)

@@ -96,6 +96,19 @@ fa2_span_t fa2_tensor_span(const char *name, const void *ptr, int64_t batch, int
 fa2_status_t fa2_check_disjoint(const fa2_span_t *outputs, int n_outputs,
                                 const fa2_span_t *inputs, int n_inputs);
 
+/* The backward's workspace: D (fp32 per query row) from byte 0, padded to 256 bytes,
+ * then, when dQ is summed by atomics, the fp32 dQ accumulator (head_dim floats per
+ * row) from byte accum_offset. The one place that lays it out (fa2_plan sizes it,
+ * fa2_backward places the pointers). */
+typedef struct fa2_bwd_workspace_t {
+    int64_t accum_offset; /* 0: no accumulator */
+    int64_t total_bytes;
+} fa2_bwd_workspace_t;
+
+/* 0 when a size overflows int64 (then *ws is untouched), else 1. */
+int fa2_bwd_workspace_layout(const fa2_problem_t *problem, int dq_by_atomics,
+                             fa2_bwd_workspace_t *ws);
+
 /* The forward kernel parameters of a validated plan and its tensors. */
 struct fa2_fwd_params_t;
 void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,

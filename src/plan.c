@@ -34,6 +34,23 @@ static int32_t pick_rule(int64_t seed, int64_t uncapped, int64_t kernel)
     return FA2_RULE_SEED_SRAM;
 }
 
+int fa2_bwd_workspace_layout(const fa2_problem_t *pr, int dq_by_atomics,
+                             fa2_bwd_workspace_t *ws)
+{
+    int64_t d_bytes, padded, accum = 0, total;
+    /* batch * heads_q * seqlen_q * 4 fits: validation bounded the LSE, the same size */
+    d_bytes = pr->batch * pr->heads_q * pr->seqlen_q * 4;
+    if (!fa2_add_i64(d_bytes, (256 - d_bytes % 256) % 256, &padded))
+        return 0;
+    total = padded;
+    if (dq_by_atomics &&
+        (!fa2_mul_i64(d_bytes, pr->head_dim, &accum) || !fa2_add_i64(padded, accum, &total)))
+        return 0;
+    ws->accum_offset = dq_by_atomics ? padded : 0;
+    ws->total_bytes = total;
+    return 1;
+}
+
 int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket)
 {
     if (deterministic)
@@ -55,7 +72,8 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
                           int64_t bucket, fa2_plan_t *out)
 {
     const int64_t cols = fa2_fwd_smem_cols(bucket);
-    int64_t dkdv = 0, ds = 0, dq = 0, grid, slices = 1, accum = 0, d_bytes;
+    int64_t dkdv = 0, ds = 0, dq = 0, grid, slices = 1;
+    fa2_bwd_workspace_t ws;
     int atomics;
 #define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw)                 \
     if (bucket == d) {                                              \
@@ -106,13 +124,9 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     out->bwd_status = FA2_SUCCESS;
     atomics = fa2_bwd_dq_by_atomics(pr->deterministic, out->bwd_arch, bucket);
 
-    /* D: batch * heads_q * seqlen_q floats (validation bounds it), padded to 256 bytes;
-     * then the dQ accumulator, head_dim floats per row, when dQ is summed by atomics. */
-    d_bytes = pr->batch * pr->heads_q * pr->seqlen_q * 4;
-    if (!fa2_add_i64(d_bytes, (256 - d_bytes % 256) % 256, &out->bwd_workspace_bytes) ||
-        (atomics &&
-         (!fa2_mul_i64(d_bytes, pr->head_dim, &accum) ||
-          !fa2_add_i64(out->bwd_workspace_bytes, accum, &out->bwd_workspace_bytes)))) {
+    if (fa2_bwd_workspace_layout(pr, atomics, &ws)) {
+        out->bwd_workspace_bytes = ws.total_bytes;
+    } else {
         out->bwd_workspace_bytes = 0;
         out->bwd_status = FA2_ERROR_SIZE_OVERFLOW;
     }

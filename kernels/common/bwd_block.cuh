@@ -9,6 +9,7 @@
 #include "common/bwd_params.h"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/seqinfo.cuh"
 #include "common/warp_gemm.cuh"
 
 namespace fa2 {
@@ -64,7 +65,7 @@ __device__ __forceinline__ void add_dq(const fa2_bwd_params_t &p, int batch, int
                                        int col0, const float (&dq)[kM][kN][4], int lane)
 {
     const fa2_fwd_params_t &f = p.fwd;
-    float *acc = p.dq_accum + ((static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q) * f.head_dim;
+    float *acc = p.dq_accum + stats_row(f, batch, head) * f.head_dim;
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -93,12 +94,10 @@ __device__ __forceinline__ void store_dkdv(const fa2_bwd_params_t &p, const KeyB
     float scale[kM][2], one[kM][2];
     fill_scale(scale, f.softmax_scale);
     fill_scale(one, 1.f);
-    store_acc<Elem>(dk, scale,
-                    static_cast<Elem *>(p.dk) + b.batch * f.k_batch_stride + b.kv_head * f.k_head_stride,
-                    f.k_seq_stride, key0, f.seqlen_k, col0, f.head_dim, lane);
-    store_acc<Elem>(dv, one,
-                    static_cast<Elem *>(p.dv) + b.batch * f.v_batch_stride + b.kv_head * f.v_head_stride,
-                    f.v_seq_stride, key0, f.seqlen_k, col0, f.head_dim, lane);
+    store_acc<Elem>(dk, scale, dk_row<Elem>(p, b.batch, b.kv_head, 0), f.k_seq_stride, key0,
+                    f.seqlen_k, col0, f.head_dim, lane);
+    store_acc<Elem>(dv, one, dv_row<Elem>(p, b.batch, b.kv_head, 0), f.v_seq_stride, key0,
+                    f.seqlen_k, col0, f.head_dim, lane);
 }
 
 }  // namespace fa2

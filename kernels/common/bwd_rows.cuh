@@ -8,6 +8,7 @@
 #include "common/bwd_params.h"
 #include "common/bwd_rows.h"
 #include "common/ptx.cuh"
+#include "common/seqinfo.cuh"
 
 namespace fa2 {
 
@@ -68,13 +69,9 @@ __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_
     const bool live = rl.row < rows && rl.col < f.head_dim;
     float s = 0.f;
     if (live) {
-        const int i = static_cast<int>(rl.row % f.seqlen_q);
-        const int head = static_cast<int>((rl.row / f.seqlen_q) % f.heads_q);
-        const int batch = static_cast<int>(rl.row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
-        const int64_t offset = batch * f.o_batch_stride + head * f.o_head_stride +
-                               i * f.o_seq_stride + rl.col;
-        const uint4 o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(f.o) + offset);
-        const uint4 d_o = *reinterpret_cast<const uint4 *>(static_cast<const Elem *>(p.d_o) + offset);
+        const FlatRow r = flat_row(f, rl.row);
+        const uint4 o = *reinterpret_cast<const uint4 *>(o_row<Elem>(f, r.batch, r.head, r.row) + rl.col);
+        const uint4 d_o = *reinterpret_cast<const uint4 *>(do_row<Elem>(p, r.batch, r.head, r.row) + rl.col);
         if (p.dq_accum) {
             float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
             acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -95,9 +92,7 @@ __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bw
     const RowLane rl = row_lane(f.head_dim);
     if (rl.row >= static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q || rl.col >= f.head_dim)
         return;
-    const int i = static_cast<int>(rl.row % f.seqlen_q);
-    const int head = static_cast<int>((rl.row / f.seqlen_q) % f.heads_q);
-    const int batch = static_cast<int>(rl.row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+    const FlatRow r = flat_row(f, rl.row);
     const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
     const float4 a = acc[0], b = acc[1];
     const float s = f.softmax_scale;
@@ -106,8 +101,7 @@ __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bw
     out.y = pack2<Elem>(a.z * s, a.w * s);
     out.z = pack2<Elem>(b.x * s, b.y * s);
     out.w = pack2<Elem>(b.z * s, b.w * s);
-    *reinterpret_cast<uint4 *>(static_cast<Elem *>(p.dq) + batch * f.q_batch_stride +
-                               head * f.q_head_stride + i * f.q_seq_stride + rl.col) = out;
+    *reinterpret_cast<uint4 *>(dq_row<Elem>(p, r.batch, r.head, r.row) + rl.col) = out;
 }
 
 }  // namespace fa2

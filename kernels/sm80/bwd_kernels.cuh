@@ -22,6 +22,7 @@
 #include "common/exp_scores.cuh"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/seqinfo.cuh"
 #include "common/warp_gemm.cuh"
 
 namespace fa2 {
@@ -55,21 +56,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     // stats[buf * 2 * kBlockM + {0: lse, kBlockM: D} + column]
     constexpr int ds_offset = Tr::kDkdvSmemBytes;  // atomic mode: dS [query][key]
 
-    const Elem *q_base = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride;
-    const Elem *do_base = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride;
-
     // Loads the Q, dO, LSE and D tiles of step `step` into buffer `buf`.
     auto load_step = [&](int step, int buf) {
         const int head = b.head(step);
         const int row0 = b.tile(step) * Tr::kBlockM;
         const int rows = f.seqlen_q - row0;
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            q_smem[buf], q_base + head * f.q_head_stride + row0 * f.q_seq_stride, f.q_seq_stride,
-            rows, f.head_dim, tid);
+            q_smem[buf], q_row<Elem>(f, batch, head, row0), f.q_seq_stride, rows, f.head_dim, tid);
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            do_smem[buf], do_base + head * f.o_head_stride + row0 * f.o_seq_stride,
-            f.o_seq_stride, rows, f.head_dim, tid);
-        const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q + row0;
+            do_smem[buf], do_row<Elem>(p, batch, head, row0), f.o_seq_stride, rows, f.head_dim, tid);
+        const int64_t stat0 = stats_row(f, batch, head) + row0;
         for (int c = tid; c < 2 * Tr::kBlockM; c += Tr::kThreads) {
             const int col = c % Tr::kBlockM;
             const float *src = c < Tr::kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
@@ -83,10 +79,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     zero(dk);
 
     if (b.steps > 0) {
-        const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride +
-                        kv_head * f.k_head_stride + key_first * f.k_seq_stride;
-        const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride +
-                        kv_head * f.v_head_stride + key_first * f.v_seq_stride;
+        const Elem *k = k_row<Elem>(f, batch, kv_head, key_first);
+        const Elem *v = v_row<Elem>(f, batch, kv_head, key_first);
         const int keys = f.seqlen_k - key_first;
         load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
             k_smem, k, f.k_seq_stride, keys, f.head_dim, tid);
@@ -197,19 +191,19 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
     const uint32_t k_smem[2] = {do_smem + Tr::kDqQBytes, do_smem + Tr::kDqQBytes + Tr::kDqKVBytes};
     const uint32_t v_smem[2] = {k_smem[1] + Tr::kDqKVBytes, k_smem[1] + 2 * Tr::kDqKVBytes};
 
-    const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride + kv_head * f.k_head_stride;
-    const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride + kv_head * f.v_head_stride;
     auto load_kv = [&](int n_block, int buf) {
         const int key0 = n_block * Tr::kDqBlockN;
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            k_smem[buf], k + key0 * f.k_seq_stride, f.k_seq_stride, f.seqlen_k - key0, f.head_dim, tid);
+            k_smem[buf], k_row<Elem>(f, batch, kv_head, key0), f.k_seq_stride, f.seqlen_k - key0,
+            f.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            v_smem[buf], v + key0 * f.v_seq_stride, f.v_seq_stride, f.seqlen_k - key0, f.head_dim, tid);
+            v_smem[buf], v_row<Elem>(f, batch, kv_head, key0), f.v_seq_stride, f.seqlen_k - key0,
+            f.head_dim, tid);
     };
 
     // This thread's rows: LSE (as an exp2 offset) and D.
     const int warp_row0 = row_first + warp * kM * 16;
-    const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q;
+    const int64_t stat0 = stats_row(f, batch, head);
     float lse_log2[kM][2], dsum[kM][2];
 #pragma unroll
     for (int m = 0; m < kM; ++m)
@@ -224,10 +218,8 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
     float dq[kM][kD][4];
     zero(dq);
     if (n_end > n_first) {
-        const Elem *q = static_cast<const Elem *>(f.q) + batch * f.q_batch_stride +
-                        head * f.q_head_stride + row_first * f.q_seq_stride;
-        const Elem *d_o = static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride +
-                          head * f.o_head_stride + row_first * f.o_seq_stride;
+        const Elem *q = q_row<Elem>(f, batch, head, row_first);
+        const Elem *d_o = do_row<Elem>(p, batch, head, row_first);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
             q_smem, q, f.q_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
@@ -274,9 +266,8 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
 
     float scale[kM][2];
     fill_scale(scale, f.softmax_scale);
-    store_acc<Elem>(dq, scale,
-                    static_cast<Elem *>(p.dq) + batch * f.q_batch_stride + head * f.q_head_stride,
-                    f.q_seq_stride, warp_row0, f.seqlen_q, 0, f.head_dim, lane);
+    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), f.q_seq_stride, warp_row0,
+                    f.seqlen_q, 0, f.head_dim, lane);
 }
 
 }  // namespace fa2

@@ -11,6 +11,7 @@
 #include "common/fwd_params.h"
 #include "sm80/fwd_traits.cuh"
 #include "common/ptx.cuh"
+#include "common/seqinfo.cuh"
 #include "common/softmax.cuh"
 #include "common/warp_gemm.cuh"
 
@@ -38,13 +39,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_fwd_para
     const auto [batch, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
         query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
-    const Elem *q = static_cast<const Elem *>(p.q) + batch * p.q_batch_stride +
-                    head * p.q_head_stride + row_first * p.q_seq_stride;
-    const Elem *k = static_cast<const Elem *>(p.k) + batch * p.k_batch_stride +
-                    kv_head * p.k_head_stride;
-    const Elem *v = static_cast<const Elem *>(p.v) + batch * p.v_batch_stride +
-                    kv_head * p.v_head_stride;
-
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t k_smem[2] = {q_smem + Tr::kQBytes, q_smem + Tr::kQBytes + Tr::kKVBytes};
     const uint32_t v_smem = q_smem + Tr::kQBytes + 2 * Tr::kKVBytes;
@@ -56,24 +50,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_fwd_para
 
     if (n_block_end > n_block_min) {
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            q_smem, q, p.q_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
+            q_smem, q_row<Elem>(p, batch, head, row_first), p.q_seq_stride,
+            p.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        load_rows<Tr>(k_smem[0], k + n_block * Tr::kBlockN * p.k_seq_stride, p.k_seq_stride,
-                      p.seqlen_k - n_block * Tr::kBlockN, p.head_dim, tid);
+        load_rows<Tr>(k_smem[0], k_row<Elem>(p, batch, kv_head, n_block * Tr::kBlockN),
+                      p.k_seq_stride, p.seqlen_k - n_block * Tr::kBlockN, p.head_dim, tid);
         cp_async_commit();
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
             cp_async_wait<0>();  // K(n_block), and Q on the first pass
             __syncthreads();     // ...visible to all; every warp is done with V and K(other)
-            load_rows<Tr>(v_smem, v + key_first * p.v_seq_stride, p.v_seq_stride,
+            load_rows<Tr>(v_smem, v_row<Elem>(p, batch, kv_head, key_first), p.v_seq_stride,
                           p.seqlen_k - key_first, p.head_dim, tid);
             cp_async_commit();
             const bool prefetch = n_block > n_block_min;
             if (prefetch) {
                 const int next_first = key_first - Tr::kBlockN;
-                load_rows<Tr>(k_smem[(it + 1) & 1], k + next_first * p.k_seq_stride,
+                load_rows<Tr>(k_smem[(it + 1) & 1], k_row<Elem>(p, batch, kv_head, next_first),
                               p.k_seq_stride, p.seqlen_k - next_first, p.head_dim, tid);
                 cp_async_commit();
             }
@@ -100,11 +95,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_fwd_para
     softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * Tr::kRowsPerWarp;
-    store_acc<Elem>(o, inv_sum,
-                    static_cast<Elem *>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride,
-                    p.o_seq_stride, warp_row0, p.seqlen_q, 0, p.head_dim, lane);
+    store_acc<Elem>(o, inv_sum, o_row<Elem>(p, batch, head, 0), p.o_seq_stride, warp_row0,
+                    p.seqlen_q, 0, p.head_dim, lane);
     if (p.lse && (lane & 3) == 0) {
-        float *lse_out = p.lse + (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q;
+        float *lse_out = p.lse + stats_row(p, batch, head);
 #pragma unroll
         for (int mt = 0; mt < Tr::kMTiles; ++mt)
 #pragma unroll

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/bwd_rows.cuh"
+#include "common/seqinfo.cuh"
 #include "common/warp_gemm.cuh"
 #include "sm90/bwd_sm90_tiles.h"
 #include "common/exp_scores.cuh"
@@ -61,17 +62,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
     const uint32_t k_smem = do_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
 
-    const Elem *k = static_cast<const Elem *>(f.k) + batch * f.k_batch_stride + kv_head * f.k_head_stride;
-    const Elem *v = static_cast<const Elem *>(f.v) + batch * f.v_batch_stride + kv_head * f.v_head_stride;
-    auto load_kv = [&](uint32_t dst, const Elem *src, int64_t stride, int n_block) {
+    auto load_k = [&](uint32_t dst, int n_block) {
         const int key0 = n_block * Tr::kBlockN;
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, src + key0 * stride, stride, f.seqlen_k - key0, f.head_dim, tid);
+            dst, k_row<Elem>(f, batch, kv_head, key0), f.k_seq_stride, f.seqlen_k - key0,
+            f.head_dim, tid);
+    };
+    auto load_v = [&](uint32_t dst, int n_block) {
+        const int key0 = n_block * Tr::kBlockN;
+        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+            dst, v_row<Elem>(f, batch, kv_head, key0), f.v_seq_stride, f.seqlen_k - key0,
+            f.head_dim, tid);
     };
 
     // This thread's two rows: LSE (as an exp2 offset) and D.
     const int warp_row0 = row_first + warp * 16;
-    const int64_t stat0 = (static_cast<int64_t>(batch) * f.heads_q + head) * f.seqlen_q;
+    const int64_t stat0 = stats_row(f, batch, head);
     float lse_log2[2], dsum[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -85,14 +91,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
     zero(dq);
     if (n_end > n_first) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            q_smem, static_cast<const Elem *>(f.q) + batch * f.q_batch_stride + head * f.q_head_stride + row_first * f.q_seq_stride,
-            f.q_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+            q_smem, q_row<Elem>(f, batch, head, row_first), f.q_seq_stride,
+            f.seqlen_q - row_first, f.head_dim, tid);
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            do_smem, static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride + head * f.o_head_stride + row_first * f.o_seq_stride,
-            f.o_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+            do_smem, do_row<Elem>(p, batch, head, row_first), f.o_seq_stride,
+            f.seqlen_q - row_first, f.head_dim, tid);
         int n_block = n_end - 1;
-        load_kv(k_smem, k, f.k_seq_stride, n_block);
-        load_kv(v_smem, v, f.v_seq_stride, n_block);
+        load_k(k_smem, n_block);
+        load_v(v_smem, n_block);
         cp_async_commit();
 
         for (int it = 0; n_block >= n_first; ++it, --n_block) {
@@ -103,7 +109,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
             __syncthreads();     // ...visible to wgmma; everyone is done with the other K
             const bool prefetch = n_block > n_first;
             if (prefetch) {
-                load_kv(k_smem + ((it + 1) & 1) * Tr::kKVBytes, k, f.k_seq_stride, n_block - 1);
+                load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, n_block - 1);
                 cp_async_commit();
             }
 
@@ -130,7 +136,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
             reg_fence(dp);
             __syncthreads();  // both warpgroups are done with V
             if (prefetch) {
-                load_kv(v_smem, v, f.v_seq_stride, n_block - 1);
+                load_v(v_smem, n_block - 1);
                 cp_async_commit();
             }
 #pragma unroll
@@ -153,9 +159,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
 
     float scale[1][2];
     fill_scale(scale, f.softmax_scale);
-    store_acc<Elem>(dq, scale,
-                    static_cast<Elem *>(p.dq) + batch * f.q_batch_stride + head * f.q_head_stride,
-                    f.q_seq_stride, warp_row0, f.seqlen_q, 0, f.head_dim, lane);
+    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), f.q_seq_stride, warp_row0,
+                    f.seqlen_q, 0, f.head_dim, lane);
 #endif
 }
 

@@ -19,6 +19,7 @@
 
 #include "common/bwd_block.cuh"
 #include "common/bwd_rows.cuh"
+#include "common/seqinfo.cuh"
 #include "common/warp_gemm.cuh"
 #include "sm90/bwd_sm90_tiles.h"
 #include "common/exp_scores.cuh"
@@ -89,9 +90,7 @@ __device__ __forceinline__ void write_dq_steps(const fa2_bwd_params_t &p, const 
         mbarrier_wait(staged, step & 1);
         const int row0 = b.tile(step) * Tr::kBlockM;
         const int rows = min(Tr::kBlockM, f.seqlen_q - row0);
-        float *acc = p.dq_accum +
-                     ((static_cast<int64_t>(b.batch) * f.heads_q + b.head(step)) * f.seqlen_q + row0) *
-                         f.head_dim;
+        float *acc = p.dq_accum + (stats_row(f, b.batch, b.head(step)) + row0) * f.head_dim;
 #pragma unroll 4
         for (int i = wtid; i < Tr::kBlockM * kVecs; i += 128) {
             const int r = i / kVecs, c = (i % kVecs) * 4;
@@ -115,12 +114,10 @@ __device__ __forceinline__ void load_step_sm90(const fa2_bwd_params_t &p, const 
     const int row0 = b.tile(step) * kBlockM;
     const int rows = f.seqlen_q - row0;
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
-        q_dst, static_cast<const Elem *>(f.q) + b.batch * f.q_batch_stride + head * f.q_head_stride + row0 * f.q_seq_stride,
-        f.q_seq_stride, rows, f.head_dim, tid);
+        q_dst, q_row<Elem>(f, b.batch, head, row0), f.q_seq_stride, rows, f.head_dim, tid);
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
-        do_dst, static_cast<const Elem *>(p.d_o) + b.batch * f.o_batch_stride + head * f.o_head_stride + row0 * f.o_seq_stride,
-        f.o_seq_stride, rows, f.head_dim, tid);
-    const int64_t stat0 = (static_cast<int64_t>(b.batch) * f.heads_q + head) * f.seqlen_q + row0;
+        do_dst, do_row<Elem>(p, b.batch, head, row0), f.o_seq_stride, rows, f.head_dim, tid);
+    const int64_t stat0 = stats_row(f, b.batch, head) + row0;
     for (int c = tid; c < 2 * kBlockM; c += kThreads) {  // stats[{0: LSE, kBlockM: D} + row]
         const int col = c % kBlockM;
         const float *src = c < kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
@@ -135,11 +132,11 @@ __device__ __forceinline__ void load_kv_sm90(const fa2_fwd_params_t &f, const Ke
 {
     const int keys = f.seqlen_k - b.key_first;
     load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
-        k_dst, static_cast<const Elem *>(f.k) + b.batch * f.k_batch_stride + b.kv_head * f.k_head_stride + b.key_first * f.k_seq_stride,
-        f.k_seq_stride, keys, f.head_dim, tid);
+        k_dst, k_row<Elem>(f, b.batch, b.kv_head, b.key_first), f.k_seq_stride, keys, f.head_dim,
+        tid);
     load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
-        v_dst, static_cast<const Elem *>(f.v) + b.batch * f.v_batch_stride + b.kv_head * f.v_head_stride + b.key_first * f.v_seq_stride,
-        f.v_seq_stride, keys, f.head_dim, tid);
+        v_dst, v_row<Elem>(f, b.batch, b.kv_head, b.key_first), f.v_seq_stride, keys, f.head_dim,
+        tid);
 }
 
 // kAtomicDq: also dQ += dS K, staged for the writer warpgroup; else only dK and dV

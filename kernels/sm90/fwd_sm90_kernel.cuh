@@ -10,6 +10,7 @@
 #include "common/fwd_params.h"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
+#include "common/seqinfo.cuh"
 #include "common/softmax.cuh"
 #include "common/warp_gemm.cuh"
 #include "sm90/fwd_sm90_tiles.h"
@@ -65,19 +66,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd
     const auto [batch, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
         query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
-    const Elem *q = static_cast<const Elem *>(p.q) + batch * p.q_batch_stride +
-                    head * p.q_head_stride + row_first * p.q_seq_stride;
-    const Elem *k = static_cast<const Elem *>(p.k) + batch * p.k_batch_stride +
-                    kv_head * p.k_head_stride;
-    const Elem *v = static_cast<const Elem *>(p.v) + batch * p.v_batch_stride +
-                    kv_head * p.v_head_stride;
-
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
-    auto load_kv = [&](uint32_t dst, const Elem *src, int64_t stride, int key_first) {
+    auto load_k = [&](uint32_t dst, int key_first) {
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, src + key_first * stride, stride, p.seqlen_k - key_first, p.head_dim, tid);
+            dst, k_row<Elem>(p, batch, kv_head, key_first), p.k_seq_stride,
+            p.seqlen_k - key_first, p.head_dim, tid);
+    };
+    auto load_v = [&](uint32_t dst, int key_first) {
+        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+            dst, v_row<Elem>(p, batch, kv_head, key_first), p.v_seq_stride,
+            p.seqlen_k - key_first, p.head_dim, tid);
     };
 
     float o[1][Tr::kDTiles][4];
@@ -87,10 +87,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd
 
     if (n_block_end > n_block_min) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            q_smem, q, p.q_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
+            q_smem, q_row<Elem>(p, batch, head, row_first), p.q_seq_stride,
+            p.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        load_kv(k_smem, k, p.k_seq_stride, n_block * Tr::kBlockN);
+        load_k(k_smem, n_block * Tr::kBlockN);
         cp_async_commit();
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
@@ -98,11 +99,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd
             cp_async_wait<0>();  // K(n_block), and Q on the first pass
             fence_proxy_async();
             __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
-            load_kv(v_smem, v, p.v_seq_stride, key_first);
+            load_v(v_smem, key_first);
             cp_async_commit();
             const bool prefetch = n_block > n_block_min;
             if (prefetch) {
-                load_kv(k_smem + ((it + 1) & 1) * Tr::kKVBytes, k, p.k_seq_stride, key_first - Tr::kBlockN);
+                load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN);
                 cp_async_commit();
             }
 
@@ -143,11 +144,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd
     softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * 16;
-    store_acc<Elem>(o, inv_sum,
-                    static_cast<Elem *>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride,
-                    p.o_seq_stride, warp_row0, p.seqlen_q, 0, p.head_dim, lane);
+    store_acc<Elem>(o, inv_sum, o_row<Elem>(p, batch, head, 0), p.o_seq_stride, warp_row0,
+                    p.seqlen_q, 0, p.head_dim, lane);
     if (p.lse && (lane & 3) == 0) {
-        float *lse_out = p.lse + (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q;
+        float *lse_out = p.lse + stats_row(p, batch, head);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = warp_row0 + (lane >> 2) + 8 * h;

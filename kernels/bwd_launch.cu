@@ -7,16 +7,16 @@
 #include "sm90/bwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
 
-static cudaError_t dispatch(const fa2_bwd_params_t *p, cudaStream_t s, bool &queued)
+static cudaError_t dispatch(const fa2_params_t *p, cudaStream_t s, bool &queued)
 {
 #if defined(FA2_WITH_SM90A)
     // The plan picks sm90 for the Hopper rows in both modes; without an accumulator
     // (deterministic mode, split rows) bwd_sm90_run takes the dQ-kernel route.
-    if (p->use_sm90) {
-        switch (p->fwd.head_dim_bucket) {
+    if (p->kernel_family == 90) {
+        switch (p->head_dim_bucket) {
 #define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                           \
     case d:                                                                        \
-        return p->fwd.is_bf16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s, queued) \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s, queued) \
                               : fa2::bwd_sm90_run<__half, d>(*p, s, queued);
             FA2_BWD_SM90_TILES(FA2_BWD_SM90_CASE)
 #undef FA2_BWD_SM90_CASE
@@ -25,10 +25,10 @@ static cudaError_t dispatch(const fa2_bwd_params_t *p, cudaStream_t s, bool &que
         }
     }
 #endif
-    switch (p->fwd.head_dim_bucket) {
+    switch (p->head_dim_bucket) {
 #define FA2_BWD_CASE(d, bn, bm, w, sl, qbm, qbn, qw)                              \
     case d:                                                                       \
-        return p->fwd.is_bf16 ? fa2::bwd_run<__nv_bfloat16, d>(*p, s, queued)     \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::bwd_run<__nv_bfloat16, d>(*p, s, queued)     \
                               : fa2::bwd_run<__half, d>(*p, s, queued);
         FA2_BWD_TILES(FA2_BWD_CASE)
 #undef FA2_BWD_CASE
@@ -37,7 +37,7 @@ static cudaError_t dispatch(const fa2_bwd_params_t *p, cudaStream_t s, bool &que
     }
 }
 
-extern "C" int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream, int *outputs_queued)
+extern "C" int fa2_bwd_launch(const fa2_params_t *p, void *stream, int *outputs_queued)
 {
     bool queued = false;
     const cudaError_t err = dispatch(p, static_cast<cudaStream_t>(stream), queued);

@@ -6,16 +6,16 @@
 
 #include <cuda_runtime.h>
 
-#include "common/bwd_params.h"
+#include "common/params.h"
 
 namespace fa2 {
 
 // outputs_queued becomes true once a kernel that writes dQ, dK or dV is queued: a
 // failure after that point can have written them.
 template <typename Elem, int kHeadDim>
-cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream, bool &outputs_queued);
+cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued);
 
 template <typename Elem, int kHeadDim>
-cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream, bool &outputs_queued);
+cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued);
 
 }  // namespace fa2

@@ -6,14 +6,14 @@
 
 #include <cuda_runtime.h>
 
-#include "common/fwd_params.h"
+#include "common/params.h"
 
 namespace fa2 {
 
 template <typename Elem, int kHeadDim>
-cudaError_t fwd_run(const fa2_fwd_params_t &p, cudaStream_t stream);
+cudaError_t fwd_run(const fa2_params_t &p, cudaStream_t stream);
 
 template <typename Elem, int kHeadDim>
-cudaError_t fwd_sm90_run(const fa2_fwd_params_t &p, cudaStream_t stream);
+cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream);
 
 }  // namespace fa2

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common/bwd_params.h"
+#include "common/params.h"
 #include "internal.h"
 
 /* The reason fa2_plan recorded when this plan has no backward. */
@@ -81,7 +81,7 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
                           const float *lse, void *dq, void *dk, void *dv,
                           void *workspace, size_t workspace_bytes, void *stream)
 {
-    fa2_bwd_params_t p;
+    fa2_params_t p;
     fa2_status_t s;
     int e, outputs_queued = 0;
     fa2_bwd_workspace_t ws = {0, 0};
@@ -119,7 +119,7 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
         return s;
 
     /* The kernels only read q, k, v, o and lse; the const is restored there. */
-    fa2_fill_fwd_params(plan, q, k, v, (void *)o, (float *)lse, &p.fwd);
+    fa2_fill_params(plan, q, k, v, (void *)o, (float *)lse, &p);
     p.d_o = d_o;
     p.dq = dq;
     p.dk = dk;
@@ -131,12 +131,12 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
                              &ws);
     p.d_sum = (float *)workspace;
     p.dq_accum = ws.accum_offset ? (float *)((char *)workspace + ws.accum_offset) : NULL;
-    p.use_sm90 = plan->bwd_arch == 90;
+    p.kernel_family = plan->bwd_arch;
 
     e = fa2_bwd_launch(&p, stream, &outputs_queued);
     if (e != 0)
         return fa2_fail(FA2_ERROR_CUDA, "backward kernel launch (head_dim=%d, %s): %s%s",
-                        (int)p.fwd.head_dim, p.fwd.is_bf16 ? "bf16" : "fp16",
+                        (int)p.head_dim, p.dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16",
                         cudaGetErrorString((cudaError_t)e),
                         outputs_queued ? "; a kernel writing dq, dk, dv was already queued, "
                                          "so they may be partly written"

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common/fwd_params.h"
+#include "common/params.h"
 #include "internal.h"
 
 fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align)
@@ -16,8 +16,8 @@ fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align)
     return FA2_SUCCESS;
 }
 
-void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k,
-                         const void *v, void *o, float *lse, fa2_fwd_params_t *p)
+void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
+                     const void *v, void *o, float *lse, fa2_params_t *p)
 {
     /* plan->problem was validated by fa2_plan: every size fits in int32. */
     const fa2_problem_t *pr = &plan->problem;
@@ -46,8 +46,8 @@ void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->seqlen_k = (int32_t)pr->seqlen_k;
     p->head_dim = (int32_t)pr->head_dim;
     p->head_dim_bucket = plan->head_dim_bucket;
-    p->is_bf16 = pr->dtype == FA2_DTYPE_BF16;
-    p->use_sm90 = plan->fwd_arch == 90;
+    p->dtype = pr->dtype;
+    p->kernel_family = plan->fwd_arch;
     p->window_left = fa2_kernel_window_left(pr->window_left, pr->seqlen_k);
     p->window_right = fa2_kernel_window_right(pr->causal ? 0 : pr->window_right, pr->seqlen_q);
     p->softmax_scale = pr->softmax_scale;
@@ -79,7 +79,7 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                          const void *v, void *o, float *lse, void *workspace,
                          size_t workspace_bytes, void *stream)
 {
-    fa2_fwd_params_t p;
+    fa2_params_t p;
     fa2_status_t s;
     int e;
 
@@ -113,11 +113,11 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
     if ((s = fa2_check_device(plan, 0)))
         return s;
 
-    fa2_fill_fwd_params(plan, q, k, v, o, lse, &p);
+    fa2_fill_params(plan, q, k, v, o, lse, &p);
     e = fa2_fwd_launch(&p, stream);
     if (e != 0)
         return fa2_fail(FA2_ERROR_CUDA, "forward kernel launch (head_dim=%d, %s): %s",
-                        (int)p.head_dim, p.is_bf16 ? "bf16" : "fp16",
+                        (int)p.head_dim, p.dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16",
                         cudaGetErrorString((cudaError_t)e));
     return FA2_SUCCESS;
 }

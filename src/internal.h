@@ -109,10 +109,11 @@ typedef struct fa2_bwd_workspace_t {
 int fa2_bwd_workspace_layout(const fa2_problem_t *problem, int dq_by_atomics,
                              fa2_bwd_workspace_t *ws);
 
-/* The forward kernel parameters of a validated plan and its tensors. */
-struct fa2_fwd_params_t;
-void fa2_fill_fwd_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,
-                         void *o, float *lse, struct fa2_fwd_params_t *p);
+/* The kernel parameters of a validated plan and its forward tensors (the backward then
+ * adds its own and its kernel family). */
+struct fa2_params_t;
+void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,
+                     void *o, float *lse, struct fa2_params_t *p);
 
 /* Checked int64 arithmetic for non-negative operands: *out = a*b (a+b); returns 0
  * instead of overflowing, leaving *out untouched. */

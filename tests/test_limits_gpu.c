@@ -18,7 +18,7 @@
  *     double reference for those rows. qkmax_*: both lengths 2^22 (Q and K/V broadcast)
  *     with a band mask.
  *   - windows at 2^31 - 1 and at seqlen - 1, seqlen, seqlen + 1 (the clamp to
- *     "unbounded" in kernels/common/fwd_params.h) on small random problems, forward and
+ *     "unbounded" in kernels/common/params.h) on small random problems, forward and
  *     backward, against the oracle run with the equivalent unbounded window; causal +
  *     window_left = 2^31 - 1 backward at d 64, 128 (Hopper kernels) and 96 (mma.sync),
  *     both modes.

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "common/bwd_params.h"
+#include "common/params.h"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
@@ -36,22 +36,22 @@ struct KeyBlock {
 // (batch, kv head) are neighbours, and the heaviest causal key blocks (the first)
 // start first.
 template <int kBlockN, int kBlockM, int kSlices>
-__device__ __forceinline__ KeyBlock key_block(const fa2_fwd_params_t &f)
+__device__ __forceinline__ KeyBlock key_block(const fa2_params_t &p)
 {
     KeyBlock b;
-    const int n_blocks = (f.seqlen_k + kBlockN - 1) / kBlockN;
+    const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
     int idx = blockIdx.x;
     b.slice = idx % kSlices;
     idx /= kSlices;
     const int n_block = idx % n_blocks;
     idx /= n_blocks;
-    b.kv_head = idx % f.heads_kv;
-    b.batch = idx / f.heads_kv;
-    b.group = f.heads_q / f.heads_kv;
+    b.kv_head = idx % p.heads_kv;
+    b.batch = idx / p.heads_kv;
+    b.group = p.heads_q / p.heads_kv;
     b.key_first = n_block * kBlockN;
-    b.key_last = min(b.key_first + kBlockN, f.seqlen_k) - 1;
-    b.win = KeyWindow{f.seqlen_k - f.seqlen_q, f.window_left, f.window_right, f.seqlen_k};
-    block_query_tiles<kBlockM>(b.win, f.seqlen_q, b.key_first, b.key_last, b.m_first,
+    b.key_last = min(b.key_first + kBlockN, p.seqlen_k) - 1;
+    b.win = KeyWindow{p.seqlen_k - p.seqlen_q, p.window_left, p.window_right, p.seqlen_k};
+    block_query_tiles<kBlockM>(b.win, p.seqlen_q, b.key_first, b.key_last, b.m_first,
                                b.m_count);
     b.steps = b.m_count * b.group;
     return b;
@@ -61,22 +61,21 @@ __device__ __forceinline__ KeyBlock key_block(const fa2_fwd_params_t &f)
 // col0 + 8n + 2 (lane % 4)) to the fp32 accumulator of (batch, head) with float2
 // atomics; rows past seqlen_q and columns past head_dim are skipped.
 template <int kM, int kN>
-__device__ __forceinline__ void add_dq(const fa2_bwd_params_t &p, int batch, int head, int row0,
+__device__ __forceinline__ void add_dq(const fa2_params_t &p, int batch, int head, int row0,
                                        int col0, const float (&dq)[kM][kN][4], int lane)
 {
-    const fa2_fwd_params_t &f = p.fwd;
-    float *acc = p.dq_accum + stats_row(f, batch, head) * f.head_dim;
+    float *acc = p.dq_accum + stats_row(p, batch, head) * p.head_dim;
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = row0 + m * 16 + (lane >> 2) + 8 * h;
-            if (row >= f.seqlen_q) continue;
+            if (row >= p.seqlen_q) continue;
 #pragma unroll
             for (int n = 0; n < kN; ++n) {
                 const int col = col0 + n * 8 + 2 * (lane & 3);
-                if (col < f.head_dim)
-                    atomic_add2(acc + static_cast<int64_t>(row) * f.head_dim + col, dq[m][n][2 * h],
+                if (col < p.head_dim)
+                    atomic_add2(acc + static_cast<int64_t>(row) * p.head_dim + col, dq[m][n][2 * h],
                                 dq[m][n][2 * h + 1]);
             }
         }
@@ -85,19 +84,18 @@ __device__ __forceinline__ void add_dq(const fa2_bwd_params_t &p, int batch, int
 // dK = scale · Σ dSᵀ Q and dV = Σ Pᵀ dO of a warp's key rows (from key0) and columns
 // (from col0), to Elem; rows past seqlen_k are not written.
 template <typename Elem, int kM, int kN>
-__device__ __forceinline__ void store_dkdv(const fa2_bwd_params_t &p, const KeyBlock &b,
+__device__ __forceinline__ void store_dkdv(const fa2_params_t &p, const KeyBlock &b,
                                            const float (&dk)[kM][kN][4],
                                            const float (&dv)[kM][kN][4], int key0, int col0,
                                            int lane)
 {
-    const fa2_fwd_params_t &f = p.fwd;
     float scale[kM][2], one[kM][2];
-    fill_scale(scale, f.softmax_scale);
+    fill_scale(scale, p.softmax_scale);
     fill_scale(one, 1.f);
-    store_acc<Elem>(dk, scale, dk_row<Elem>(p, b.batch, b.kv_head, 0), f.k_seq_stride, key0,
-                    f.seqlen_k, col0, f.head_dim, lane);
-    store_acc<Elem>(dv, one, dv_row<Elem>(p, b.batch, b.kv_head, 0), f.v_seq_stride, key0,
-                    f.seqlen_k, col0, f.head_dim, lane);
+    store_acc<Elem>(dk, scale, dk_row<Elem>(p, b.batch, b.kv_head, 0), p.k_seq_stride, key0,
+                    p.seqlen_k, col0, p.head_dim, lane);
+    store_acc<Elem>(dv, one, dv_row<Elem>(p, b.batch, b.kv_head, 0), p.v_seq_stride, key0,
+                    p.seqlen_k, col0, p.head_dim, lane);
 }
 
 }  // namespace fa2

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "common/bwd_params.h"
+#include "common/params.h"
 #include "common/bwd_rows.h"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
@@ -58,22 +58,21 @@ __device__ __forceinline__ RowLane row_lane(int head_dim)
 // D[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c] in fp32, row_lanes(d) lanes per
 // row. In atomic mode also zeroes the row's dQ accumulator.
 template <typename Elem>
-__global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_params_t p)
+__global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_params_t p)
 {
-    const fa2_fwd_params_t &f = p.fwd;
-    const int lanes = row_lanes(f.head_dim);
-    const RowLane rl = row_lane(f.head_dim);
-    const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+    const int lanes = row_lanes(p.head_dim);
+    const RowLane rl = row_lane(p.head_dim);
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     const int64_t warp_row0 = rl.row - (threadIdx.x % 32) / lanes;
     if (warp_row0 >= rows) return;  // whole warps only: the sum below shuffles
-    const bool live = rl.row < rows && rl.col < f.head_dim;
+    const bool live = rl.row < rows && rl.col < p.head_dim;
     float s = 0.f;
     if (live) {
-        const FlatRow r = flat_row(f, rl.row);
-        const uint4 o = *reinterpret_cast<const uint4 *>(o_row<Elem>(f, r.batch, r.head, r.row) + rl.col);
+        const FlatRow r = flat_row(p, rl.row);
+        const uint4 o = *reinterpret_cast<const uint4 *>(o_row<Elem>(p, r.batch, r.head, r.row) + rl.col);
         const uint4 d_o = *reinterpret_cast<const uint4 *>(do_row<Elem>(p, r.batch, r.head, r.row) + rl.col);
         if (p.dq_accum) {
-            float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
+            float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + rl.row * p.head_dim + rl.col);
             acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
             acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
@@ -86,16 +85,15 @@ __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_bwd_
 // dQ = scale · dq_accum, to the element type and Q's strides; row_lanes(d) lanes per
 // row.
 template <typename Elem>
-__global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_bwd_params_t p)
+__global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_params_t p)
 {
-    const fa2_fwd_params_t &f = p.fwd;
-    const RowLane rl = row_lane(f.head_dim);
-    if (rl.row >= static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q || rl.col >= f.head_dim)
+    const RowLane rl = row_lane(p.head_dim);
+    if (rl.row >= static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q || rl.col >= p.head_dim)
         return;
-    const FlatRow r = flat_row(f, rl.row);
-    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + rl.row * f.head_dim + rl.col);
+    const FlatRow r = flat_row(p, rl.row);
+    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + rl.row * p.head_dim + rl.col);
     const float4 a = acc[0], b = acc[1];
-    const float s = f.softmax_scale;
+    const float s = p.softmax_scale;
     uint4 out;
     out.x = pack2<Elem>(a.x * s, a.y * s);
     out.y = pack2<Elem>(a.z * s, a.w * s);

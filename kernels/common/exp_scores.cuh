@@ -6,7 +6,7 @@
 #pragma once
 
 #include "common/mask.cuh"
-#include "common/fwd_params.h"
+#include "common/params.h"
 #include "common/ptx.cuh"
 
 namespace fa2 {
@@ -40,17 +40,17 @@ __device__ __forceinline__ void exp_scores(float (&acc)[kN][4], float scale_log2
 // lse[that query − row0] (shared memory). Queries past seqlen_q count as not visible.
 template <int kN>
 __device__ __forceinline__ void exp_scores_keys_as_rows(float (&acc)[kN][4],
-                                                        const fa2_fwd_params_t &f,
+                                                        const fa2_params_t &p,
                                                         const KeyWindow &win, const float *lse,
                                                         bool masked, int row0, int key_row,
                                                         int lane)
 {
     exp_scores(
-        acc, f.scale_log2, masked,
+        acc, p.scale_log2, masked,
         [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
         [&](int n, int e) {
             const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-            return (row < f.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
+            return (row < p.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
         });
 }
 

@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-#include "common/fwd_params.h"
+#include "common/params.h"
 #include "common/mask_window.cuh"
 
 namespace fa2 {
@@ -21,7 +21,7 @@ struct QueryTile {
 // (L2 reuse of K/V); with kLastFirst they go last-first, so the heaviest causal tiles
 // start earliest.
 template <int kBlockM, int kBlockN, bool kLastFirst>
-__device__ __forceinline__ QueryTile query_tile(const fa2_fwd_params_t &p)
+__device__ __forceinline__ QueryTile query_tile(const fa2_params_t &p)
 {
     static_assert((1 << 30) % kBlockM == 0,
                   "a query tile must divide FA2_MAX_SEQLEN: its padding rows are tested in int32");

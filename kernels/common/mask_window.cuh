@@ -8,7 +8,7 @@
 // i + offset - window_left <= j <= i + offset + window_right, offset = seqlen_k -
 // seqlen_q, and j < seqlen_k. The sums stay inside int32 because seqlen_q, seqlen_k <=
 // FA2_MAX_SEQLEN = 2^22 (any bound up to 2^30 would do) and the host passes windows through fa2_kernel_window_left/right
-// (kernels/common/fwd_params.h), so a window is -1 or below its sequence length; and, for the
+// (kernels/common/params.h), so a window is -1 or below its sequence length; and, for the
 // padding rows of a last query tile that the kernels test too, because every query tile
 // height divides 2^30 (tests/fuzz/fuzz_mask.cpp asserts that of the tile tables).
 #pragma once

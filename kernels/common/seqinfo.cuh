@@ -16,13 +16,13 @@
 
 #include <stdint.h>
 
-#include "common/bwd_params.h"
+#include "common/params.h"
 
 namespace fa2 {
 
 // Row `row` of head `head` in sequence `batch`.
 template <typename Elem>
-__device__ __forceinline__ const Elem *q_row(const fa2_fwd_params_t &p, int batch, int head,
+__device__ __forceinline__ const Elem *q_row(const fa2_params_t &p, int batch, int head,
                                              int row)
 {
     return static_cast<const Elem *>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
@@ -30,7 +30,7 @@ __device__ __forceinline__ const Elem *q_row(const fa2_fwd_params_t &p, int batc
 }
 
 template <typename Elem>
-__device__ __forceinline__ const Elem *k_row(const fa2_fwd_params_t &p, int batch, int kv_head,
+__device__ __forceinline__ const Elem *k_row(const fa2_params_t &p, int batch, int kv_head,
                                              int row)
 {
     return static_cast<const Elem *>(p.k) + batch * p.k_batch_stride +
@@ -38,7 +38,7 @@ __device__ __forceinline__ const Elem *k_row(const fa2_fwd_params_t &p, int batc
 }
 
 template <typename Elem>
-__device__ __forceinline__ const Elem *v_row(const fa2_fwd_params_t &p, int batch, int kv_head,
+__device__ __forceinline__ const Elem *v_row(const fa2_params_t &p, int batch, int kv_head,
                                              int row)
 {
     return static_cast<const Elem *>(p.v) + batch * p.v_batch_stride +
@@ -46,7 +46,7 @@ __device__ __forceinline__ const Elem *v_row(const fa2_fwd_params_t &p, int batc
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *o_row(const fa2_fwd_params_t &p, int batch, int head, int row)
+__device__ __forceinline__ Elem *o_row(const fa2_params_t &p, int batch, int head, int row)
 {
     return static_cast<Elem *>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
            row * p.o_seq_stride;
@@ -54,43 +54,39 @@ __device__ __forceinline__ Elem *o_row(const fa2_fwd_params_t &p, int batch, int
 
 // dO has O's layout, dQ Q's, dK K's and dV V's.
 template <typename Elem>
-__device__ __forceinline__ const Elem *do_row(const fa2_bwd_params_t &p, int batch, int head,
+__device__ __forceinline__ const Elem *do_row(const fa2_params_t &p, int batch, int head,
                                               int row)
 {
-    const fa2_fwd_params_t &f = p.fwd;
-    return static_cast<const Elem *>(p.d_o) + batch * f.o_batch_stride + head * f.o_head_stride +
-           row * f.o_seq_stride;
+    return static_cast<const Elem *>(p.d_o) + batch * p.o_batch_stride + head * p.o_head_stride +
+           row * p.o_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *dq_row(const fa2_bwd_params_t &p, int batch, int head, int row)
+__device__ __forceinline__ Elem *dq_row(const fa2_params_t &p, int batch, int head, int row)
 {
-    const fa2_fwd_params_t &f = p.fwd;
-    return static_cast<Elem *>(p.dq) + batch * f.q_batch_stride + head * f.q_head_stride +
-           row * f.q_seq_stride;
+    return static_cast<Elem *>(p.dq) + batch * p.q_batch_stride + head * p.q_head_stride +
+           row * p.q_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *dk_row(const fa2_bwd_params_t &p, int batch, int kv_head,
+__device__ __forceinline__ Elem *dk_row(const fa2_params_t &p, int batch, int kv_head,
                                         int row)
 {
-    const fa2_fwd_params_t &f = p.fwd;
-    return static_cast<Elem *>(p.dk) + batch * f.k_batch_stride + kv_head * f.k_head_stride +
-           row * f.k_seq_stride;
+    return static_cast<Elem *>(p.dk) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+           row * p.k_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *dv_row(const fa2_bwd_params_t &p, int batch, int kv_head,
+__device__ __forceinline__ Elem *dv_row(const fa2_params_t &p, int batch, int kv_head,
                                         int row)
 {
-    const fa2_fwd_params_t &f = p.fwd;
-    return static_cast<Elem *>(p.dv) + batch * f.v_batch_stride + kv_head * f.v_head_stride +
-           row * f.v_seq_stride;
+    return static_cast<Elem *>(p.dv) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+           row * p.v_seq_stride;
 }
 
 // Index of query row 0 of (batch, head) in the per-row statistics: LSE and D (one float
 // per row), the dQ accumulator (head_dim floats per row).
-__device__ __forceinline__ int64_t stats_row(const fa2_fwd_params_t &p, int batch, int head)
+__device__ __forceinline__ int64_t stats_row(const fa2_params_t &p, int batch, int head)
 {
     return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q;
 }
@@ -101,13 +97,13 @@ struct FlatRow {
     int batch, head, row;
 };
 
-__device__ __forceinline__ FlatRow flat_row(const fa2_fwd_params_t &p, int64_t r)
+__device__ __forceinline__ FlatRow flat_row(const fa2_params_t &p, int64_t r)
 {
-    FlatRow f;
-    f.row = static_cast<int>(r % p.seqlen_q);
-    f.head = static_cast<int>((r / p.seqlen_q) % p.heads_q);
-    f.batch = static_cast<int>(r / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
-    return f;
+    FlatRow fr;
+    fr.row = static_cast<int>(r % p.seqlen_q);
+    fr.head = static_cast<int>((r / p.seqlen_q) % p.heads_q);
+    fr.batch = static_cast<int>(r / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+    return fr;
 }
 
 }  // namespace fa2

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/bwd_block.cuh"
-#include "common/bwd_params.h"
+#include "common/params.h"
 #include "common/bwd_rows.cuh"
 #include "sm80/bwd_tiles.h"
 #include "sm80/bwd_traits.cuh"
@@ -30,20 +30,19 @@ namespace fa2 {
 // kAtomicDq: also adds dS K into p.dq_accum with fp32 atomics (the dq kernel is then
 // not needed); else the dQ kernel computes dQ without atomics.
 template <typename Tr, bool kAtomicDq>
-__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_params_t p)
+__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
     constexpr int kM = Tr::kMTiles;
     constexpr int kN = Tr::kBlockM / 8;      // n8 tiles of Sᵀ (queries)
     constexpr int kD = Tr::kSliceDim / 8;    // n8 tiles of the dK/dV slice
     extern __shared__ __align__(128) uint8_t smem[];
-    const fa2_fwd_params_t &f = p.fwd;
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
 
-    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, Tr::kSlices>(f);
+    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, Tr::kSlices>(p);
     const int batch = b.batch, kv_head = b.kv_head, slice = b.slice;
     const int key_first = b.key_first;
     const KeyWindow &win = b.win;
@@ -60,16 +59,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     auto load_step = [&](int step, int buf) {
         const int head = b.head(step);
         const int row0 = b.tile(step) * Tr::kBlockM;
-        const int rows = f.seqlen_q - row0;
+        const int rows = p.seqlen_q - row0;
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            q_smem[buf], q_row<Elem>(f, batch, head, row0), f.q_seq_stride, rows, f.head_dim, tid);
+            q_smem[buf], q_row<Elem>(p, batch, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            do_smem[buf], do_row<Elem>(p, batch, head, row0), f.o_seq_stride, rows, f.head_dim, tid);
-        const int64_t stat0 = stats_row(f, batch, head) + row0;
+            do_smem[buf], do_row<Elem>(p, batch, head, row0), p.o_seq_stride, rows, p.head_dim, tid);
+        const int64_t stat0 = stats_row(p, batch, head) + row0;
         for (int c = tid; c < 2 * Tr::kBlockM; c += Tr::kThreads) {
             const int col = c % Tr::kBlockM;
-            const float *src = c < Tr::kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
-            cp_async_4(smem_addr(stats + buf * 2 * Tr::kBlockM + c), col < rows ? src : f.lse,
+            const float *src = c < Tr::kBlockM ? p.lse + stat0 + col : p.d_sum + stat0 + col;
+            cp_async_4(smem_addr(stats + buf * 2 * Tr::kBlockM + c), col < rows ? src : p.lse,
                        col < rows);
         }
     };
@@ -79,13 +78,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
     zero(dk);
 
     if (b.steps > 0) {
-        const Elem *k = k_row<Elem>(f, batch, kv_head, key_first);
-        const Elem *v = v_row<Elem>(f, batch, kv_head, key_first);
-        const int keys = f.seqlen_k - key_first;
+        const Elem *k = k_row<Elem>(p, batch, kv_head, key_first);
+        const Elem *v = v_row<Elem>(p, batch, kv_head, key_first);
+        const int keys = p.seqlen_k - key_first;
         load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            k_smem, k, f.k_seq_stride, keys, f.head_dim, tid);
+            k_smem, k, p.k_seq_stride, keys, p.head_dim, tid);
         load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            v_smem, v, f.v_seq_stride, keys, f.head_dim, tid);
+            v_smem, v, p.v_seq_stride, keys, p.head_dim, tid);
         load_step(0, 0);
         cp_async_commit();
 
@@ -108,13 +107,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
             zero(pt);
             gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pt, k_smem + warp_rows,
                                                                     q_smem[buf], lane);
-            const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
+            const bool masked = row0 + Tr::kBlockM > p.seqlen_q ||
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
 #pragma unroll
             for (int m = 0; m < kM; ++m) {
                 const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
-                exp_scores_keys_as_rows(pt[m], f, win, lse, masked, row0, key_row, lane);
+                exp_scores_keys_as_rows(pt[m], p, win, lse, masked, row0, key_row, lane);
             }
 
             // dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ.
@@ -170,60 +169,59 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_bwd_par
 }
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_params_t p)
+__global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
     constexpr int kM = Tr::kDqMTiles;
     constexpr int kN = Tr::kDqBlockN / 8;
     constexpr int kD = Tr::kHeadDim / 8;
     extern __shared__ __align__(128) uint8_t smem[];
-    const fa2_fwd_params_t &f = p.fwd;
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
 
     const auto [batch, head, kv_head, row_first, row_last, n_first, n_end, win] =
-        query_tile<Tr::kDqBlockM, Tr::kDqBlockN, false>(f);
+        query_tile<Tr::kDqBlockM, Tr::kDqBlockN, false>(p);
 
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t do_smem = q_smem + Tr::kDqQBytes;
     const uint32_t k_smem[2] = {do_smem + Tr::kDqQBytes, do_smem + Tr::kDqQBytes + Tr::kDqKVBytes};
     const uint32_t v_smem[2] = {k_smem[1] + Tr::kDqKVBytes, k_smem[1] + 2 * Tr::kDqKVBytes};
 
-    auto load_kv = [&](int n_block, int buf) {
+    auto load_kv = [&, batch = batch, kv_head = kv_head](int n_block, int buf) {
         const int key0 = n_block * Tr::kDqBlockN;
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            k_smem[buf], k_row<Elem>(f, batch, kv_head, key0), f.k_seq_stride, f.seqlen_k - key0,
-            f.head_dim, tid);
+            k_smem[buf], k_row<Elem>(p, batch, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
+            p.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            v_smem[buf], v_row<Elem>(f, batch, kv_head, key0), f.v_seq_stride, f.seqlen_k - key0,
-            f.head_dim, tid);
+            v_smem[buf], v_row<Elem>(p, batch, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
+            p.head_dim, tid);
     };
 
     // This thread's rows: LSE (as an exp2 offset) and D.
     const int warp_row0 = row_first + warp * kM * 16;
-    const int64_t stat0 = stats_row(f, batch, head);
+    const int64_t stat0 = stats_row(p, batch, head);
     float lse_log2[kM][2], dsum[kM][2];
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = warp_row0 + m * 16 + (lane >> 2) + 8 * h;
-            const bool valid = row < f.seqlen_q;
-            lse_log2[m][h] = valid ? f.lse[stat0 + row] * kLog2e : 0.f;
+            const bool valid = row < p.seqlen_q;
+            lse_log2[m][h] = valid ? p.lse[stat0 + row] * kLog2e : 0.f;
             dsum[m][h] = valid ? p.d_sum[stat0 + row] : 0.f;
         }
 
     float dq[kM][kD][4];
     zero(dq);
     if (n_end > n_first) {
-        const Elem *q = q_row<Elem>(f, batch, head, row_first);
+        const Elem *q = q_row<Elem>(p, batch, head, row_first);
         const Elem *d_o = do_row<Elem>(p, batch, head, row_first);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            q_smem, q, f.q_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+            q_smem, q, p.q_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            do_smem, d_o, f.o_seq_stride, f.seqlen_q - row_first, f.head_dim, tid);
+            do_smem, d_o, p.o_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
         load_kv(n_first, 0);
         cp_async_commit();
 
@@ -245,7 +243,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
 #pragma unroll
             for (int m = 0; m < kM; ++m)
-                exp_scores_queries_as_rows(pr[m], f.scale_log2, win, lse_log2[m], masked,
+                exp_scores_queries_as_rows(pr[m], p.scale_log2, win, lse_log2[m], masked,
                                            warp_row0 + m * 16 + (lane >> 2), key0, lane);
 
             float ds[kM][kN][4];
@@ -265,9 +263,9 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_bwd_par
     }
 
     float scale[kM][2];
-    fill_scale(scale, f.softmax_scale);
-    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), f.q_seq_stride, warp_row0,
-                    f.seqlen_q, 0, f.head_dim, lane);
+    fill_scale(scale, p.softmax_scale);
+    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), p.q_seq_stride, warp_row0,
+                    p.seqlen_q, 0, p.head_dim, lane);
 }
 
 }  // namespace fa2

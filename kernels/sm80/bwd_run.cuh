@@ -13,30 +13,29 @@
 namespace fa2 {
 
 template <typename Elem, int kHeadDim>
-cudaError_t bwd_run(const fa2_bwd_params_t &p, cudaStream_t stream, bool &outputs_queued)
+cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
     using Tr = BwdTraits<Elem, kHeadDim>;
-    const fa2_fwd_params_t &f = p.fwd;
-    const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    const int64_t n_blocks = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-    const int64_t dkdv_grid = n_blocks * Tr::kSlices * f.heads_kv * f.batch;
-    const int64_t dq_grid = (f.seqlen_q + Tr::kDqBlockM - 1) / Tr::kDqBlockM * f.heads_q * f.batch;
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t n_blocks = (p.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+    const int64_t dkdv_grid = n_blocks * Tr::kSlices * p.heads_kv * p.batch;
+    const int64_t dq_grid = (p.seqlen_q + Tr::kDqBlockM - 1) / Tr::kDqBlockM * p.heads_q * p.batch;
     cudaError_t err;
     if (p.dq_accum) {
         // dQ accumulated by the dK/dV kernel with atomics, then scaled and converted.
         if ((err = allow_smem(dkdv_kernel<Tr, true>, Tr::kAtomicSmemBytes)) != cudaSuccess ||
-            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
             (err = launch(dkdv_kernel<Tr, true>, dkdv_grid, Tr::kThreads, Tr::kAtomicSmemBytes,
                           stream, p)) != cudaSuccess)
             return err;
         outputs_queued = true;
-        return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+        return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                       32 * kDotWarps, 0, stream, p);
     }
     if ((err = allow_smem(dkdv_kernel<Tr, false>, Tr::kDkdvSmemBytes)) != cudaSuccess ||
         (err = allow_smem(dq_kernel<Tr>, Tr::kDqSmemBytes)) != cudaSuccess ||
-        (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+        (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                       32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
         (err = launch(dkdv_kernel<Tr, false>, dkdv_grid, Tr::kThreads, Tr::kDkdvSmemBytes,
                       stream, p)) != cudaSuccess)

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "common/mask.cuh"
-#include "common/fwd_params.h"
+#include "common/params.h"
 #include "sm80/fwd_traits.cuh"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
@@ -27,7 +27,7 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const typename Tr::Elem
 }
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_fwd_params_t p)
+__global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(128) uint8_t smem[];

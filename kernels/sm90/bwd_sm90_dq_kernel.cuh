@@ -40,14 +40,13 @@ struct DqSm90Traits {
 };
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_params_t p)
+__global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
     using Elem = typename Tr::Elem;
     constexpr int kN = Tr::kBlockN / 8;    // n8 tiles of S (keys)
     constexpr int kD = Tr::kHeadDim / 8;   // n8 tiles of dQ
     extern __shared__ __align__(1024) uint8_t smem[];
-    const fa2_fwd_params_t &f = p.fwd;
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
@@ -55,35 +54,35 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
     const int wg_row0 = (warp / 4) * 64;
 
     const auto [batch, head, kv_head, row_first, row_last, n_first, n_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true>(f);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t do_smem = q_smem + Tr::kQBytes;
     const uint32_t k_smem = do_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
 
-    auto load_k = [&](uint32_t dst, int n_block) {
+    auto load_k = [&, batch = batch, kv_head = kv_head](uint32_t dst, int n_block) {
         const int key0 = n_block * Tr::kBlockN;
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, k_row<Elem>(f, batch, kv_head, key0), f.k_seq_stride, f.seqlen_k - key0,
-            f.head_dim, tid);
+            dst, k_row<Elem>(p, batch, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
+            p.head_dim, tid);
     };
-    auto load_v = [&](uint32_t dst, int n_block) {
+    auto load_v = [&, batch = batch, kv_head = kv_head](uint32_t dst, int n_block) {
         const int key0 = n_block * Tr::kBlockN;
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, v_row<Elem>(f, batch, kv_head, key0), f.v_seq_stride, f.seqlen_k - key0,
-            f.head_dim, tid);
+            dst, v_row<Elem>(p, batch, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
+            p.head_dim, tid);
     };
 
     // This thread's two rows: LSE (as an exp2 offset) and D.
     const int warp_row0 = row_first + warp * 16;
-    const int64_t stat0 = stats_row(f, batch, head);
+    const int64_t stat0 = stats_row(p, batch, head);
     float lse_log2[2], dsum[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = warp_row0 + (lane >> 2) + 8 * h;
-        const bool valid = row < f.seqlen_q;
-        lse_log2[h] = valid ? f.lse[stat0 + row] * kLog2e : 0.f;
+        const bool valid = row < p.seqlen_q;
+        lse_log2[h] = valid ? p.lse[stat0 + row] * kLog2e : 0.f;
         dsum[h] = valid ? p.d_sum[stat0 + row] : 0.f;
     }
 
@@ -91,11 +90,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
     zero(dq);
     if (n_end > n_first) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            q_smem, q_row<Elem>(f, batch, head, row_first), f.q_seq_stride,
-            f.seqlen_q - row_first, f.head_dim, tid);
+            q_smem, q_row<Elem>(p, batch, head, row_first), p.q_seq_stride,
+            p.seqlen_q - row_first, p.head_dim, tid);
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            do_smem, do_row<Elem>(p, batch, head, row_first), f.o_seq_stride,
-            f.seqlen_q - row_first, f.head_dim, tid);
+            do_smem, do_row<Elem>(p, batch, head, row_first), p.o_seq_stride,
+            p.seqlen_q - row_first, p.head_dim, tid);
         int n_block = n_end - 1;
         load_k(k_smem, n_block);
         load_v(v_smem, n_block);
@@ -129,7 +128,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
             reg_fence(s);
 
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kBlockN - 1);
-            exp_scores_queries_as_rows(s, f.scale_log2, win, lse_log2, masked,
+            exp_scores_queries_as_rows(s, p.scale_log2, win, lse_log2, masked,
                                        warp_row0 + (lane >> 2), key0, lane);
 
             wgmma_wait<0>();
@@ -158,9 +157,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_bwd_
     }
 
     float scale[1][2];
-    fill_scale(scale, f.softmax_scale);
-    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), f.q_seq_stride, warp_row0,
-                    f.seqlen_q, 0, f.head_dim, lane);
+    fill_scale(scale, p.softmax_scale);
+    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), p.q_seq_stride, warp_row0,
+                    p.seqlen_q, 0, p.head_dim, lane);
 #endif
 }
 

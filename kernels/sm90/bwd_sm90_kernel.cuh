@@ -80,22 +80,21 @@ struct BwdSm90Traits {
 // one phase per step), adds it to the accumulator of (batch, head) with 16-byte
 // reductions, and frees the buffer (mbarrier `freed`).
 template <typename Tr>
-__device__ __forceinline__ void write_dq_steps(const fa2_bwd_params_t &p, const KeyBlock &b,
+__device__ __forceinline__ void write_dq_steps(const fa2_params_t &p, const KeyBlock &b,
                                                uint32_t stage_smem, uint32_t staged,
                                                uint32_t freed, int wtid)
 {
-    const fa2_fwd_params_t &f = p.fwd;
     constexpr int kVecs = Tr::kHeadDim / 4;  // float4 per staged row
     for (int step = 0; step < b.steps; ++step) {
         mbarrier_wait(staged, step & 1);
         const int row0 = b.tile(step) * Tr::kBlockM;
-        const int rows = min(Tr::kBlockM, f.seqlen_q - row0);
-        float *acc = p.dq_accum + (stats_row(f, b.batch, b.head(step)) + row0) * f.head_dim;
+        const int rows = min(Tr::kBlockM, p.seqlen_q - row0);
+        float *acc = p.dq_accum + (stats_row(p, b.batch, b.head(step)) + row0) * p.head_dim;
 #pragma unroll 4
         for (int i = wtid; i < Tr::kBlockM * kVecs; i += 128) {
             const int r = i / kVecs, c = (i % kVecs) * 4;
-            if (r < rows && c < f.head_dim)
-                red_add_v4(acc + static_cast<int64_t>(r) * f.head_dim + c,
+            if (r < rows && c < p.head_dim)
+                red_add_v4(acc + static_cast<int64_t>(r) * p.head_dim + c,
                            ld_shared_v4(stage_smem + r * Tr::kStagePitch + c * 4));
         }
         mbarrier_arrive(freed);
@@ -105,58 +104,56 @@ __device__ __forceinline__ void write_dq_steps(const fa2_bwd_params_t &p, const 
 // Loads step `step` of a Hopper dK/dV kernel (cp.async, not committed): the Q and dO
 // tiles (kBlockM rows, panel layout) and the LSE and D values of those rows.
 template <typename Elem, int kBlockM, int kLoadChunks, int kThreads>
-__device__ __forceinline__ void load_step_sm90(const fa2_bwd_params_t &p, const KeyBlock &b,
+__device__ __forceinline__ void load_step_sm90(const fa2_params_t &p, const KeyBlock &b,
                                                int step, uint32_t q_dst, uint32_t do_dst,
                                                uint32_t stats_dst, int tid)
 {
-    const fa2_fwd_params_t &f = p.fwd;
     const int head = b.head(step);
     const int row0 = b.tile(step) * kBlockM;
-    const int rows = f.seqlen_q - row0;
+    const int rows = p.seqlen_q - row0;
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
-        q_dst, q_row<Elem>(f, b.batch, head, row0), f.q_seq_stride, rows, f.head_dim, tid);
+        q_dst, q_row<Elem>(p, b.batch, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
-        do_dst, do_row<Elem>(p, b.batch, head, row0), f.o_seq_stride, rows, f.head_dim, tid);
-    const int64_t stat0 = stats_row(f, b.batch, head) + row0;
+        do_dst, do_row<Elem>(p, b.batch, head, row0), p.o_seq_stride, rows, p.head_dim, tid);
+    const int64_t stat0 = stats_row(p, b.batch, head) + row0;
     for (int c = tid; c < 2 * kBlockM; c += kThreads) {  // stats[{0: LSE, kBlockM: D} + row]
         const int col = c % kBlockM;
-        const float *src = c < kBlockM ? f.lse + stat0 + col : p.d_sum + stat0 + col;
-        cp_async_4(stats_dst + c * 4, col < rows ? src : f.lse, col < rows);
+        const float *src = c < kBlockM ? p.lse + stat0 + col : p.d_sum + stat0 + col;
+        cp_async_4(stats_dst + c * 4, col < rows ? src : p.lse, col < rows);
     }
 }
 
 // Loads the block's K and V tiles (panel layout, kBlockN rows from key_first).
 template <typename Elem, int kBlockN, int kLoadChunks, int kThreads>
-__device__ __forceinline__ void load_kv_sm90(const fa2_fwd_params_t &f, const KeyBlock &b,
+__device__ __forceinline__ void load_kv_sm90(const fa2_params_t &p, const KeyBlock &b,
                                              uint32_t k_dst, uint32_t v_dst, int tid)
 {
-    const int keys = f.seqlen_k - b.key_first;
+    const int keys = p.seqlen_k - b.key_first;
     load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
-        k_dst, k_row<Elem>(f, b.batch, b.kv_head, b.key_first), f.k_seq_stride, keys, f.head_dim,
+        k_dst, k_row<Elem>(p, b.batch, b.kv_head, b.key_first), p.k_seq_stride, keys, p.head_dim,
         tid);
     load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
-        v_dst, v_row<Elem>(f, b.batch, b.kv_head, b.key_first), f.v_seq_stride, keys, f.head_dim,
+        v_dst, v_row<Elem>(p, b.batch, b.kv_head, b.key_first), p.v_seq_stride, keys, p.head_dim,
         tid);
 }
 
 // kAtomicDq: also dQ += dS K, staged for the writer warpgroup; else only dK and dV
 // (dq_sm90_kernel computes dQ; the writer has nothing to do).
 template <typename Tr, bool kAtomicDq>
-__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bwd_params_t p)
+__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
     using Elem = typename Tr::Elem;
     constexpr int kN = Tr::kBlockM / 8;   // n8 tiles of Sᵀ (queries)
     constexpr int kD = Tr::kHeadDim / 8;  // n8 tiles of dK / dV
     extern __shared__ __align__(1024) uint8_t smem[];
-    const fa2_fwd_params_t &f = p.fwd;
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int wg = warp / 4;
 
-    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, 1>(f);
+    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, 1>(p);
     const int key_first = b.key_first;
     const KeyWindow &win = b.win;
 
@@ -200,7 +197,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
     const int dq_row0 = Tr::kDqSplitRows ? wg * 64 : 0;  // in the query tile
 
     if (b.steps > 0) {
-        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kMathThreads>(f, b, k_smem, v_smem, tid);
+        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kMathThreads>(p, b, k_smem, v_smem, tid);
         load_step(0, 0);
         cp_async_commit();
 
@@ -237,10 +234,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_bw
             reg_fence(st);
 
             // Pᵀ: rows are keys, columns queries.
-            const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
+            const bool masked = row0 + Tr::kBlockM > p.seqlen_q ||
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
-            exp_scores_keys_as_rows(st, f, win, lse, masked, row0,
+            exp_scores_keys_as_rows(st, p, win, lse, masked, row0,
                                     key_first + warp * 16 + (lane >> 2), lane);
             wgmma_wait<0>();
             reg_fence(dpt);

@@ -18,22 +18,21 @@
 namespace fa2 {
 
 template <typename Elem, int kHeadDim>
-cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream, bool &outputs_queued)
+cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
-    const fa2_fwd_params_t &f = p.fwd;
     constexpr bool kSplit = BwdSm90Tile<kHeadDim>::kSplit;
     using Dq = DqSm90Traits<Elem, kHeadDim>;
     const bool atomic = p.dq_accum != nullptr;
     if (kSplit && atomic) return cudaErrorInvalidValue;  // the plan gives split rows none
-    const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    const int64_t dq_grid = (f.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM * f.heads_q * f.batch;
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t dq_grid = (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM * p.heads_q * p.batch;
     cudaError_t err;
     if constexpr (kSplit) {
         using Tr = BwdSm90SplitTraits<Elem, kHeadDim>;
-        const int64_t grid = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * f.heads_kv * f.batch;
+        const int64_t grid = (p.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * p.heads_kv * p.batch;
         if ((err = allow_smem(dkdv_sm90_split_kernel<Tr>, Tr::kSmemBytes)) != cudaSuccess ||
             (err = allow_smem(dq_sm90_kernel<Dq>, Dq::kSmemBytes)) != cudaSuccess ||
-            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
             (err = launch(dkdv_sm90_split_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream,
                           p)) != cudaSuccess)
@@ -41,17 +40,17 @@ cudaError_t bwd_sm90_run(const fa2_bwd_params_t &p, cudaStream_t stream, bool &o
         outputs_queued = true;
     } else {
         using Tr = BwdSm90Traits<Elem, kHeadDim>;
-        const int64_t grid = (f.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * f.heads_kv * f.batch;
+        const int64_t grid = (p.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * p.heads_kv * p.batch;
         const auto dkdv = atomic ? dkdv_sm90_kernel<Tr, true> : dkdv_sm90_kernel<Tr, false>;
         if ((err = allow_smem(dkdv, Tr::kSmemBytes)) != cudaSuccess ||
             (!atomic && (err = allow_smem(dq_sm90_kernel<Dq>, Dq::kSmemBytes)) != cudaSuccess) ||
-            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+            (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
             (err = launch(dkdv, grid, Tr::kThreads, Tr::kSmemBytes, stream, p)) != cudaSuccess)
             return err;
         outputs_queued = true;
         if (atomic)
-            return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, f.head_dim),
+            return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p);
     }
     return launch(dq_sm90_kernel<Dq>, dq_grid, Dq::kThreads, Dq::kSmemBytes, stream, p);

@@ -40,14 +40,13 @@ struct BwdSm90SplitTraits {
 };
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const fa2_bwd_params_t p)
+__global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
     using Elem = typename Tr::Elem;
     constexpr int kN = Tr::kBlockM / 8;  // n8 tiles of Sᵀ (queries)
     constexpr int kD = Tr::kHalf / 8;    // n8 tiles of this warpgroup's dK / dV
     extern __shared__ __align__(1024) uint8_t smem[];
-    const fa2_fwd_params_t &f = p.fwd;
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
@@ -55,7 +54,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
     const int wg = warp / 4;
     const int wtid = tid % 128;
 
-    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, 1>(f);
+    const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, 1>(p);
     const int key_first = b.key_first, key_last = b.key_last;
     const KeyWindow &win = b.win;
 
@@ -82,7 +81,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
     const int col0 = wg * Tr::kHalf;  // this warpgroup's dK/dV/dQ columns
 
     if (b.steps > 0) {
-        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(f, b, k_smem, v_smem, tid);
+        load_kv_sm90<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(p, b, k_smem, v_smem, tid);
         load_step(0, 0);
         cp_async_commit();
 
@@ -131,10 +130,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
             };
             uint32_t frag[Tr::kBlockM / 16][4];
             if (wg == 0) {
-                const bool masked = row0 + Tr::kBlockM > f.seqlen_q ||
+                const bool masked = row0 + Tr::kBlockM > p.seqlen_q ||
                                     win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                          key_last);
-                exp_scores_keys_as_rows(acc, f, win, lse, masked, row0, key_row, lane);
+                exp_scores_keys_as_rows(acc, p, win, lse, masked, row0, key_row, lane);
 #pragma unroll
                 for (int n = 0; n < kN; ++n)
                     xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common/fwd_params.h"
+#include "common/params.h"
 #include "common/mask.cuh"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
@@ -52,7 +52,7 @@ struct FwdSm90Traits {
 };
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd_params_t p)
+__global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
     using Elem = typename Tr::Elem;
@@ -69,12 +69,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_fwd
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
-    auto load_k = [&](uint32_t dst, int key_first) {
+    auto load_k = [&, batch = batch, kv_head = kv_head](uint32_t dst, int key_first) {
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
             dst, k_row<Elem>(p, batch, kv_head, key_first), p.k_seq_stride,
             p.seqlen_k - key_first, p.head_dim, tid);
     };
-    auto load_v = [&](uint32_t dst, int key_first) {
+    auto load_v = [&, batch = batch, kv_head = kv_head](uint32_t dst, int key_first) {
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
             dst, v_row<Elem>(p, batch, kv_head, key_first), p.v_seq_stride,
             p.seqlen_k - key_first, p.head_dim, tid);

@@ -10,7 +10,7 @@
 namespace fa2 {
 
 template <typename Elem, int kHeadDim>
-cudaError_t fwd_sm90_run(const fa2_fwd_params_t &p, cudaStream_t stream)
+cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = FwdSm90Traits<Elem, kHeadDim>;
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;

@@ -9,12 +9,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common/bwd_params.h"
+#include "common/params.h"
 #include "fuzz_shim.h"
 
 fuzz_shim_t g_shim;
 
-int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
+int fa2_fwd_launch(const fa2_params_t *p, void *stream)
 {
     (void)stream;
     g_shim.fwd_calls++;
@@ -22,7 +22,7 @@ int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream)
     return g_shim.launch_error;
 }
 
-int fa2_bwd_launch(const fa2_bwd_params_t *p, void *stream, int *outputs_queued)
+int fa2_bwd_launch(const fa2_params_t *p, void *stream, int *outputs_queued)
 {
     (void)stream;
     *outputs_queued = 0;

@@ -6,7 +6,7 @@
 // window_left/right in [-1, 2^31-1] (biased toward 0, 1, FA2_MAX_SEQLEN, 2^31-1, the sequence
 // lengths +-1 and the like), a query tile (block_m) and key block (block_n) size. The
 // windows reach the helpers as the library passes them: causal folded into
-// window_right = 0, then clamped by fa2_kernel_window_left/right (kernels/common/fwd_params.h).
+// window_right = 0, then clamped by fa2_kernel_window_left/right (kernels/common/params.h).
 // The reference is an int64 model of the unclamped rule of include/fa2.h: query row i
 // sees key j in [0, seqlen_k) when j >= i + offset - window_left (window_left >= 0) and
 // j <= i + offset + window_right (window_right >= 0), offset = seqlen_k - seqlen_q.
@@ -32,7 +32,7 @@
 #include "sm90/bwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
 #include "fa2.h"
-#include "common/fwd_params.h"
+#include "common/params.h"
 #include "sm90/fwd_sm90_tiles.h"
 #include "sm80/fwd_tiles.h"
 #include "common/mask_window.cuh"

@@ -31,7 +31,7 @@
  *  - fa2_forward / fa2_backward on a successful plan: the status an independent model
  *    of the documented checks predicts (overlaps in 128-bit arithmetic, the current
  *    device against the plan's kernels); the launcher called exactly when it returns
- *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan (use_sm90
+ *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan (kernel_family
  *    and the clamped windows included).
  *  - an edited copy of the plan: refused (FA2_ERROR_BAD_PLAN / STRUCT_SIZE) unless it is
  *    exactly fa2_plan's own; whatever reaches a launcher passes every plan invariant.
@@ -238,13 +238,13 @@ static int misaligned(const void *p, uintptr_t a)
     return (uintptr_t)p % a != 0;
 }
 
-static void check_fwd_params(const fa2_plan_t *pl, const fa2_fwd_params_t *p)
+static void check_fwd_params(const fa2_plan_t *pl, const fa2_params_t *p)
 {
     const fa2_problem_t *q = &pl->problem;
     CHECK(p->batch == q->batch && p->heads_q == q->heads_q && p->heads_kv == q->heads_kv);
     CHECK(p->seqlen_q == q->seqlen_q && p->seqlen_k == q->seqlen_k);
     CHECK(p->head_dim == q->head_dim && p->head_dim_bucket == pl->head_dim_bucket);
-    CHECK(p->is_bf16 == (q->dtype == FA2_DTYPE_BF16));
+    CHECK(p->dtype == q->dtype);
     /* a window past every key runs as -1 (unbounded) */
     CHECK(p->window_left == (q->window_left >= q->seqlen_k ? -1 : q->window_left));
     {
@@ -255,7 +255,6 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_fwd_params_t *p)
     CHECK(p->window_right < 0 || (int64_t)p->window_right < q->seqlen_q);
     CHECK(p->softmax_scale == q->softmax_scale);
     CHECK(memcmp(&p->q_batch_stride, &q->q_batch_stride, 12 * sizeof(int64_t)) == 0);
-    CHECK(p->use_sm90 == (pl->fwd_arch == 90));
 }
 
 /* [begin, end) of a tensor, in 128-bit arithmetic (an independent model of the
@@ -346,6 +345,8 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
     if (g_shim.fwd_calls) {
         check_fwd_params(pl, &g_shim.fwd);
+        CHECK(g_shim.fwd.kernel_family == pl->fwd_arch);
+        CHECK(!g_shim.fwd.d_o && !g_shim.fwd.dq && !g_shim.fwd.dq_accum);
         CHECK(g_shim.fwd.q == q && g_shim.fwd.o == o && g_shim.fwd.lse == lse);
     }
 }
@@ -390,10 +391,10 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
     CHECK(g_shim.bwd_calls == launches);
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
     if (g_shim.bwd_calls) {
-        check_fwd_params(pl, &g_shim.bwd.fwd);
+        check_fwd_params(pl, &g_shim.bwd);
         CHECK(g_shim.bwd.dq == p[6] && g_shim.bwd.dk == p[7] && g_shim.bwd.dv == p[8]);
-        CHECK(g_shim.bwd.d_sum == p[9] && g_shim.bwd.fwd.lse == p[5]);
-        CHECK(g_shim.bwd.use_sm90 == (pl->bwd_arch == 90));
+        CHECK(g_shim.bwd.d_sum == p[9] && g_shim.bwd.lse == p[5]);
+        CHECK(g_shim.bwd.kernel_family == pl->bwd_arch);
     }
 }
 

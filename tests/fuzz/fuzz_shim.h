@@ -2,7 +2,7 @@
 #ifndef FA2_FUZZ_SHIM_H
 #define FA2_FUZZ_SHIM_H
 
-#include "common/bwd_params.h"
+#include "common/params.h"
 
 typedef struct fuzz_shim_t {
     /* what the fakes return */
@@ -14,8 +14,8 @@ typedef struct fuzz_shim_t {
     int attr[5];        /* cc major, cc minor, SMs, smem optin, smem per SM */
     /* what the launchers saw */
     int fwd_calls, bwd_calls;
-    fa2_fwd_params_t fwd;
-    fa2_bwd_params_t bwd;
+    fa2_params_t fwd;
+    fa2_params_t bwd;
 } fuzz_shim_t;
 
 extern fuzz_shim_t g_shim;

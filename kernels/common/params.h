@@ -1,15 +1,17 @@
-/* The forward kernel's parameters: a plain C struct shared by src/ (which fills it
- * from a validated plan) and kernels/ (which trusts it). Internal, not installed. */
-#ifndef FA2_FWD_PARAMS_H
-#define FA2_FWD_PARAMS_H
+/* The kernels' parameters, one plain C struct for both directions: src/ fills it from
+ * a validated plan and the call's tensors, kernels/ trust it. Internal, not installed. */
+#ifndef FA2_PARAMS_H
+#define FA2_PARAMS_H
 
 #include <stdint.h>
+
+#include "fa2.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct fa2_fwd_params_t {
+typedef struct fa2_params_t {
     const void *q;
     const void *k;
     const void *v;
@@ -29,13 +31,23 @@ typedef struct fa2_fwd_params_t {
     int32_t seqlen_k;
     int32_t head_dim;        /* actual head dim, <= head_dim_bucket */
     int32_t head_dim_bucket; /* compiled head dim */
-    int32_t is_bf16;         /* 1: bf16, 0: fp16 */
-    int32_t use_sm90;        /* 1: the plan chose the Hopper (wgmma) kernel */
+    int32_t dtype;           /* fa2_dtype_t: FA2_DTYPE_FP16 or FA2_DTYPE_BF16 */
+    int32_t kernel_family;   /* the plan's choice for this direction: 90 = Hopper wgmma
+                                kernels, 80 = mma.sync (fwd_arch or bwd_arch) */
     int32_t window_left;     /* -1 = unbounded; causal already folded into window_right */
     int32_t window_right;    /* -1 = unbounded */
     float softmax_scale;     /* scale applied to Q K^T (natural log units) */
     float scale_log2;        /* softmax_scale * log2(e) */
-} fa2_fwd_params_t;
+
+    /* backward only (NULL in the forward); lse is then required */
+    const void *d_o; /* dLoss/dO, strides as o */
+    void *dq;        /* strides as q */
+    void *dk;        /* strides as k */
+    void *dv;        /* strides as v */
+    float *d_sum;    /* workspace: rowsum(dO * O), contiguous [batch, heads_q, seqlen_q] */
+    float *dq_accum; /* workspace: fp32 dQ / scale, [batch, heads_q, seqlen_q, head_dim];
+                        NULL when dQ comes from the dQ kernel (no atomics) */
+} fa2_params_t;
 
 /* The window the kernels run: -1 (unbounded) when it reaches past every key anyway
  * (window_left >= seqlen_k, window_right >= seqlen_q), else the window itself. With
@@ -51,9 +63,15 @@ static inline int32_t fa2_kernel_window_right(int64_t window_right, int64_t seql
     return window_right < 0 || window_right >= seqlen_q ? -1 : (int32_t)window_right;
 }
 
-/* Launches the forward kernel for p->head_dim_bucket / p->is_bf16 on `stream`
- * (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
-int fa2_fwd_launch(const fa2_fwd_params_t *p, void *stream);
+/* Launches the forward kernel for p->head_dim_bucket, p->dtype and p->kernel_family on
+ * `stream` (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
+int fa2_fwd_launch(const fa2_params_t *p, void *stream);
+
+/* Launches the backward kernels on `stream`. Returns a cudaError_t value; every
+ * fallible set-up comes before the first launch. *outputs_queued is set to 1 once a
+ * kernel that writes dQ, dK or dV is queued (a failure after it may leave them
+ * partly written), else 0. */
+int fa2_bwd_launch(const fa2_params_t *p, void *stream, int *outputs_queued);
 
 #ifdef __cplusplus
 }

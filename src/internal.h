@@ -37,6 +37,13 @@ typedef struct fa2_fwd_tile_t {
     int64_t smem_bytes; /* dynamic shared memory per block */
 } fa2_fwd_tile_t;
 
+/* 1 when a device of compute capability major.minor runs the sm_90a (Hopper wgmma)
+ * kernels: exactly cc 9.0 (sm_90a code runs on no other). The one place that says so. */
+static inline int fa2_cc_runs_sm90a(int cc_major, int cc_minor)
+{
+    return cc_major == 9 && cc_minor == 0;
+}
+
 /* The compiled head dim a problem of `head_dim` runs in: the smallest bucket >=
  * head_dim, or 0 when there is none (head_dim > 256). Callers check the multiple of
  * 8 themselves. */

@@ -101,7 +101,7 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
 #if defined(FA2_WITH_SM90A)
     /* sm_90: the Hopper kernels where they have a row, both modes: dQ by atomics in
      * default mode, or by the Hopper dQ kernel (deterministic mode, and split rows). */
-    if (device->cc_major == 9 && device->cc_minor == 0) {
+    if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor)) {
 #define FA2_BWD_SM90_ROW(d, wg, bm, split)                                      \
         if (bucket == d) {                                                      \
             out->bwd_block_n = (int32_t)fa2_bwd_sm90_block_n(wg, split);        \

@@ -97,7 +97,7 @@ fa2_status_t fa2_check_device(const fa2_plan_t *plan, int backward)
     const int64_t smem = backward ? plan->bwd_smem_bytes : plan->smem_bytes;
     if ((s = current_device(&device, &major, &minor, &optin)))
         return s;
-    if (major < 8 || (hopper && !(major == 9 && minor == 0)) || smem > optin)
+    if (major < 8 || (hopper && !fa2_cc_runs_sm90a(major, minor)) || smem > optin)
         return fa2_fail(FA2_ERROR_DEVICE_MISMATCH,
                         "the plan was made for sm_%d%d (%" PRId64 " bytes of shared memory "
                         "per block) and runs %s kernels needing %" PRId64

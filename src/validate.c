@@ -40,7 +40,7 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
                             fa2_fwd_tile_t *tile)
 {
 #if defined(FA2_WITH_SM90A)
-    if (device->cc_major == 9 && device->cc_minor == 0) {
+    if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor)) {
 #define FA2_X(b, wg, bn)                                                      \
         if (bucket == (b)) {                                                  \
             tile->head_dim_bucket = (b);                                      \

@@ -72,4 +72,14 @@ cudaError_t launch(Kernel kernel, int64_t grid, int threads, int smem_bytes, cud
     return cudaLaunchKernelEx(&config, kernel, p);
 }
 
+// A call of one kernel: its shared-memory attribute, then the launch.
+template <typename Kernel, typename Params>
+cudaError_t launch_one(Kernel kernel, int64_t grid, int threads, int smem_bytes,
+                       cudaStream_t stream, const Params &p)
+{
+    const cudaError_t err = allow_smem(kernel, smem_bytes);
+    if (err != cudaSuccess) return err;
+    return launch(kernel, grid, threads, smem_bytes, stream, p);
+}
+
 }  // namespace fa2

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "common/epilogue.cuh"
 #include "common/mask.cuh"
 #include "common/params.h"
 #include "sm80/fwd_traits.cuh"
@@ -95,18 +96,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * Tr::kRowsPerWarp;
-    store_acc<Elem>(o, inv_sum, o_row<Elem>(p, batch, head, 0), p.o_seq_stride, warp_row0,
-                    p.seqlen_q, 0, p.head_dim, lane);
-    if (p.lse && (lane & 3) == 0) {
-        float *lse_out = p.lse + stats_row(p, batch, head);
-#pragma unroll
-        for (int mt = 0; mt < Tr::kMTiles; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = warp_row0 + mt * 16 + (lane >> 2) + 8 * h;
-                if (row < p.seqlen_q) lse_out[row] = lse[mt][h];
-            }
-    }
+    store_o_lse<Elem>(p, batch, head, warp_row0, o, inv_sum, lse, lane);
 }
 
 }  // namespace fa2

@@ -16,9 +16,7 @@ cudaError_t fwd_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
-    const cudaError_t err = allow_smem(fwd_kernel<Tr>, Tr::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    return launch(fwd_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+    return launch_one(fwd_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
 }  // namespace fa2

@@ -6,7 +6,16 @@ for m64nNk16), which is too long to write by hand. Run after changing SHAPES:
     python3 kernels/sm90/gen_wgmma.py > kernels/sm90/wgmma_ops.cuh
 """
 
-SHAPES = (16, 32, 64, 128, 256)  # n of m64nNk16
+# The (n, operand layout) combinations that kernels/sm90 and tests/wgmma_probe.cu
+# instantiate; n of m64nNk16 -> (wgmma_ss (kTA, kTB) pairs, wgmma_rs kTB values). A
+# kernel that needs another one fails to build (an undefined specialization): add it
+# here and re-run.
+USED = {
+    64: (((0, 0), (1, 1)), (1,)),
+    128: (((0, 0), (0, 1)), (0, 1)),
+    256: ((), (1,)),
+}
+SHAPES = tuple(sorted(USED))
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 
 
@@ -21,7 +30,7 @@ def acc_list(n):
 def emit(n, elem, ptx):
     k = n // 2
     out = []
-    for ta, tb in ((0, 0), (0, 1), (1, 1)):
+    for ta, tb in USED[n][0]:
         out.append(f"""
 template <>
 __device__ __forceinline__ void wgmma_ss<{elem}, {ta}, {tb}>(float (&d)[{n // 8}][4], uint64_t a,
@@ -35,7 +44,7 @@ __device__ __forceinline__ void wgmma_ss<{elem}, {ta}, {tb}>(float (&d)[{n // 8}
         : "l"(a), "l"(b), "r"(accumulate));
 }}
 """)
-    for tb in (0, 1):
+    for tb in USED[n][1]:
         out.append(f"""
 template <>
 __device__ __forceinline__ void wgmma_rs<{elem}, {tb}>(float (&d)[{n // 8}][4], const uint32_t (&a)[4],

@@ -92,6 +92,15 @@ typedef enum fa2_dtype_t {
  * macro to detect a header/library mismatch. */
 FA2_API unsigned fa2_version(void);
 
+/* The same as a static string, "MAJOR.MINOR.PATCH". Never NULL. */
+FA2_API const char *fa2_version_string(void);
+
+/* How the linked library was built, as a static one-line string: version, CUDA
+ * runtime version, and the GPU code it carries, e.g. "libfa2 0.1.0; CUDA runtime
+ * 13.0; kernels sm_80 sm_90a, PTX compute_80". The CUDA runtime inside libfa2.so
+ * needs a driver at least as new as that runtime (CUDA 13.0: driver R580). Never NULL. */
+FA2_API const char *fa2_build_info(void);
+
 /* A static, never-NULL English name for a status ("FA2_ERROR_NULL_POINTER: ...").
  * Unknown values give "unknown fa2_status_t". */
 FA2_API const char *fa2_status_string(fa2_status_t status);

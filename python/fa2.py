@@ -254,6 +254,8 @@ class Library:
         c = self.cdll
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         c.fa2_version.argtypes, c.fa2_version.restype = [], ctypes.c_uint
+        c.fa2_version_string.argtypes, c.fa2_version_string.restype = [], ctypes.c_char_p
+        c.fa2_build_info.argtypes, c.fa2_build_info.restype = [], ctypes.c_char_p
         c.fa2_status_string.argtypes, c.fa2_status_string.restype = [ctypes.c_int], ctypes.c_char_p
         c.fa2_last_error.argtypes, c.fa2_last_error.restype = [], ctypes.c_char_p
         c.fa2_device_info_query.argtypes = [ctypes.c_int, ctypes.POINTER(DeviceInfo)]
@@ -291,8 +293,12 @@ class Library:
         return self.cdll.fa2_version()
 
     def version_string(self):
-        v = self.version()
-        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+        """fa2_version_string(): "MAJOR.MINOR.PATCH"."""
+        return self.cdll.fa2_version_string().decode()
+
+    def build_info(self):
+        """fa2_build_info(): version, CUDA runtime and GPU code of the library."""
+        return self.cdll.fa2_build_info().decode()
 
     def status_string(self, status):
         return self.cdll.fa2_status_string(int(status)).decode()
@@ -398,6 +404,11 @@ def _cached_device_info(lib, index):
 
 def version():
     return library().version()
+
+
+def build_info():
+    """How the loaded libfa2 was built: version, CUDA runtime, GPU code."""
+    return library().build_info()
 
 
 def status_string(status):

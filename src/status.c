@@ -11,6 +11,30 @@ unsigned fa2_version(void)
     return FA2_VERSION_NUMBER;
 }
 
+#define FA2_STR_(x) #x
+#define FA2_STR(x) FA2_STR_(x)
+#define FA2_VERSION_TEXT                                                                  \
+    FA2_STR(FA2_VERSION_MAJOR) "." FA2_STR(FA2_VERSION_MINOR) "." FA2_STR(FA2_VERSION_PATCH)
+
+const char *fa2_version_string(void)
+{
+    return FA2_VERSION_TEXT;
+}
+
+#ifndef FA2_BUILD_CUDA_VERSION
+#define FA2_BUILD_CUDA_VERSION "unknown"
+#endif
+#ifndef FA2_BUILD_ARCHITECTURES
+#define FA2_BUILD_ARCHITECTURES "unknown"
+#endif
+
+const char *fa2_build_info(void)
+{
+    /* both macros come from CMakeLists.txt */
+    return "libfa2 " FA2_VERSION_TEXT "; CUDA runtime " FA2_BUILD_CUDA_VERSION
+           "; GPU code " FA2_BUILD_ARCHITECTURES;
+}
+
 const char *fa2_status_string(fa2_status_t status)
 {
     switch (status) {

@@ -65,6 +65,16 @@ class Loading(unittest.TestCase):
         v = fa2.version()
         self.assertEqual(v, 100 * (v // 100) + v % 100)
         self.assertRegex(lib.version_string(), r"^\d+\.\d+\.\d+$")
+        major, minor, patch = (int(x) for x in lib.version_string().split("."))
+        self.assertEqual(v, major * 10000 + minor * 100 + patch)
+        # the header is the one source of the version; the library must agree with it
+        header = open(os.path.join(os.path.dirname(__file__), "..", "include", "fa2.h")).read()
+        parts = [int(re.search(rf"#define FA2_VERSION_{p} (\d+)", header).group(1))
+                 for p in ("MAJOR", "MINOR", "PATCH")]
+        self.assertEqual([major, minor, patch], parts)
+        info = fa2.build_info()
+        self.assertIn("libfa2 " + lib.version_string(), info)
+        self.assertRegex(info, r"CUDA runtime \d+\.\d+; GPU code ")
 
     def test_struct_sizes_match_library(self):
         p = problem()

@@ -4,7 +4,7 @@
 # build and run the three consumers in examples/ against that prefix alone:
 # consumer_c (find_package, fa2::fa2 and fa2::fa2_static), consumer_cxx (find_package, fa2::fa2_static),
 # consumer_make (pkg-config, shared and static), and import python/fa2.py from the
-# prefix. The consumers exit 0 without a GPU after planning and an error path.
+# prefix; then consumer_subproject builds libfa2 itself through FetchContent. The consumers exit 0 without a GPU after planning and an error path.
 #
 #   .ci/check_install.sh [build-dir]     (default: build)
 set -euo pipefail
@@ -54,5 +54,12 @@ lib = fa2.library()
 assert lib.path.startswith('$prefix'), lib.path
 print('fa2.py loaded', lib.path, 'version', lib.version_string())"
 
+step "examples/consumer_subproject: libfa2 through FetchContent in a CUDA project (sm_90a only here)"
+cmake -S examples/consumer_subproject -B "$tmp/subproject" "${gen[@]}" -DFA2_SOURCE_DIR="$PWD" \
+    -DFA2_CUDA_ARCHITECTURES=90a-real >"$tmp/subproject.log" 2>&1 || { cat "$tmp/subproject.log"; exit 1; }
+grep -q "FA2_BUILD_TESTS:BOOL=OFF" "$tmp/subproject/CMakeCache.txt" || { echo "tests not off in a subproject" >&2; exit 1; }
+cmake --build "$tmp/subproject" >>"$tmp/subproject.log" 2>&1 || { cat "$tmp/subproject.log"; exit 1; }
+"$tmp/subproject/fa2_consumer_subproject"
+
 echo
-echo "packaging check: OK (install, exports, 3 consumers, python)"
+echo "packaging check: OK (install, exports, 4 consumers, python)"

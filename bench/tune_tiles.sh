@@ -14,7 +14,7 @@ for variant in "$@"; do
   dir=build-tune-${var}-${tile//,/_}
   extra=--no-backward
   [[ $var == *BWD_TILE_* ]] && extra=
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real -DFA2_BUILD_TESTS=OFF \
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real -DFA2_BUILD_TESTS=OFF -DFA2_WARN_SPILLS=ON \
     -DFA2_BUILD_BENCH=OFF "-D$var=$tile" > "$dir.cfg.log" 2>&1 &&
     cmake --build "$dir" -j16 --target fa2 > "$dir.build.log" 2>&1 ||
     { echo "$variant: build failed"; tail -5 "$dir.build.log"; continue; }

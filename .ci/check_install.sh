@@ -3,8 +3,9 @@
 # temporary prefix, check that libfa2.so exports only fa2_* symbols, then configure,
 # build and run the three consumers in examples/ against that prefix alone:
 # consumer_c (find_package, fa2::fa2 and fa2::fa2_static), consumer_cxx (find_package, fa2::fa2_static),
-# consumer_make (pkg-config, shared and static), and import python/fa2.py from the
-# prefix; then consumer_subproject builds libfa2 itself through FetchContent. The consumers exit 0 without a GPU after planning and an error path.
+# consumer_make (pkg-config, shared and static), and import python/libfa2 from the
+# prefix; then consumer_subproject builds libfa2 itself through FetchContent, and
+# `pip install .` builds the wheel (pyproject.toml) into a fresh venv. The consumers exit 0 without a GPU after planning and an error path.
 #
 #   .ci/check_install.sh [build-dir]     (default: build)
 set -euo pipefail
@@ -46,13 +47,14 @@ echo "pkg-config --cflags --libs fa2: $(pkg-config --cflags --libs fa2)"
 echo "pkg-config --static --libs fa2: $(pkg-config --static --libs fa2)"
 make -s -C "$tmp/consumer_make" run run-static
 
-step "python: fa2.py from the prefix finds the prefix's libfa2"
+step "python: the libfa2 package from the prefix finds the prefix's libfa2"
 env -u FA2_LIBRARY python3 -B -c "
 import sys; sys.path.insert(0, '$prefix/share/fa2/python')
-import fa2
-lib = fa2.library()
+import libfa2
+lib = libfa2.library()
 assert lib.path.startswith('$prefix'), lib.path
-print('fa2.py loaded', lib.path, 'version', lib.version_string())"
+assert libfa2.__version__ == lib.version_string(), libfa2.__version__
+print('libfa2', libfa2.__version__, 'loaded', lib.path)"
 
 step "examples/consumer_subproject: libfa2 through FetchContent in a CUDA project (sm_90a only here)"
 cmake -S examples/consumer_subproject -B "$tmp/subproject" "${gen[@]}" -DFA2_SOURCE_DIR="$PWD" \
@@ -61,5 +63,12 @@ grep -q "FA2_BUILD_TESTS:BOOL=OFF" "$tmp/subproject/CMakeCache.txt" || { echo "t
 cmake --build "$tmp/subproject" >>"$tmp/subproject.log" 2>&1 || { cat "$tmp/subproject.log"; exit 1; }
 "$tmp/subproject/fa2_consumer_subproject"
 
+step "pip install . into a fresh venv (sm_90a only here), then the binding's CPU tests on it"
+python3 -m venv "$tmp/venv"
+"$tmp/venv/bin/pip" install -q . -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real \
+    >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; exit 1; }
+(cd "$tmp" && "$tmp/venv/bin/python" -c "import libfa2; print('libfa2', libfa2.__version__, '|', libfa2.build_info())")
+FA2_TEST_INSTALLED_PACKAGE=1 "$tmp/venv/bin/python" tests/test_python_ffi.py
+
 echo
-echo "packaging check: OK (install, exports, 4 consumers, python)"
+echo "packaging check: OK (install, exports, 4 consumers, python, pip wheel)"

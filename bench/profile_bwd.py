@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# python/fa2.py, the one ctypes binding; sdpa_compare's Fa2Forward runs its Plan.
+# python/libfa2, the one ctypes binding; sdpa_compare's Fa2Forward runs its Plan.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import fa2 as fa2lib  # noqa: E402
+import libfa2 as fa2lib  # noqa: E402
 from sdpa_compare import Fa2Forward  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """libfa2 forward next to PyTorch SDPA (flash, cudnn) in one process.
 
-Loads libfa2.so through python/fa2.py (the ctypes binding), makes inputs with torch,
+Loads libfa2.so through python/libfa2 (the ctypes binding), makes inputs with torch,
 checks libfa2's output against SDPA's, and times every backend on the same tensors
 (CUDA events, warm-up, median over >= 30 runs, inputs rotated so L2 does not hold
 them). Prints a table and writes CSV.
@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# python/fa2.py holds the only mirror of the C structs.
+# python/libfa2 holds the only mirror of the C structs.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import fa2 as fa2lib  # noqa: E402
+import libfa2 as fa2lib  # noqa: E402
 
 
 def load_library(path):

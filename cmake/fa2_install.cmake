@@ -60,7 +60,7 @@ list(GET CUDAToolkit_INCLUDE_DIRS 0 FA2_PC_CUDA_INCLUDE_DIR)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/fa2.pc.in ${PROJECT_BINARY_DIR}/fa2.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/fa2.pc DESTINATION ${FA2_INSTALL_PKGCONFIGDIR})
 
-# The Python binding (python/fa2.py, pure ctypes) goes next to the library's data; it
-# finds the installed libfa2 relative to itself.
-install(FILES ${PROJECT_SOURCE_DIR}/python/fa2.py
-  DESTINATION ${CMAKE_INSTALL_DATADIR}/fa2/python)
+# The Python binding (the package python/libfa2, pure ctypes) goes next to the library's
+# data; it finds the installed libfa2 relative to itself.
+install(FILES ${PROJECT_SOURCE_DIR}/python/libfa2/__init__.py
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/fa2/python/libfa2)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The ctypes binding (python/fa2.py) without a GPU: loading, struct layouts (sizes and
+"""The ctypes binding (python/libfa2) without a GPU: loading, struct layouts (sizes and
 field offsets against the C compiler's), and the error paths through ctypes — each
 status arrives as its Fa2Error subclass carrying the library's own message — plus the
 binding's own checks of tensors and layouts, made before any C call.
@@ -26,8 +26,10 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HEADER = os.path.join(REPO, "include", "fa2.h")
-sys.path.insert(0, os.path.join(REPO, "python"))
-import fa2  # noqa: E402
+# The source tree's package, unless the test is to run on an installed one (pip install).
+if not os.environ.get("FA2_TEST_INSTALLED_PACKAGE"):
+    sys.path.insert(0, os.path.join(REPO, "python"))
+import libfa2 as fa2  # noqa: E402
 
 try:
     import torch
@@ -72,6 +74,7 @@ class Loading(unittest.TestCase):
         parts = [int(re.search(rf"#define FA2_VERSION_{p} (\d+)", header).group(1))
                  for p in ("MAJOR", "MINOR", "PATCH")]
         self.assertEqual([major, minor, patch], parts)
+        self.assertEqual(fa2.__version__, lib.version_string())  # package = library
         info = fa2.build_info()
         self.assertIn("libfa2 " + lib.version_string(), info)
         self.assertRegex(info, r"CUDA runtime \d+\.\d+; GPU code ")
@@ -104,14 +107,15 @@ class Loading(unittest.TestCase):
         declared = {v for v in vars(fa2).values()
                     if isinstance(v, type) and issubclass(v, (ctypes.Structure, ctypes.Union))}
         self.assertEqual(declared, set(fa2.STRUCT_MIRRORS.values()))
-        own = os.path.realpath(fa2.__file__)
+        own = {os.path.realpath(fa2.__file__),
+               os.path.realpath(os.path.join(REPO, "python", "libfa2", "__init__.py"))}
         for path in glob.glob(os.path.join(REPO, "**", "*.py"), recursive=True):
-            if os.path.realpath(path) == own or os.sep + "build" in path[len(REPO):]:
+            if os.path.realpath(path) in own or os.sep + "build" in path[len(REPO):]:
                 continue
             with open(path, errors="replace") as f:
                 found = re.findall(r"class \w+\((?:ctypes\.)?(?:Structure|Union)\)", f.read())
             self.assertEqual(found, [], f"{path} declares its own ctypes struct: "
-                             "import python/fa2.py instead")
+                             "import python/libfa2 instead")
 
     def test_struct_layout_matches_c(self):
         # sizeof and every field's offset and size, nested structs included, as the C
@@ -561,5 +565,5 @@ class TensorChecks(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    print(f"fa2.py on {fa2.library().path} (libfa2 {fa2.library().version_string()})")
+    print(f"libfa2 {fa2.__version__} on {fa2.library().path} (libfa2 {fa2.library().version_string()})")
     unittest.main(verbosity=2)

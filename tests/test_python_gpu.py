@@ -30,7 +30,7 @@ if not torch.cuda.is_available():
     print("SKIP: torch sees no CUDA device")
     sys.exit(77)
 
-import fa2  # noqa: E402
+import libfa2 as fa2  # noqa: E402
 
 TOL = 2e-2
 
@@ -339,7 +339,7 @@ def main():
     torch.manual_seed(0)
     lib = fa2.library()
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    print(f"fa2.py on {lib.path} (libfa2 {lib.version_string()}), {props.name}, "
+    print(f"libfa2 on {lib.path} (libfa2 {lib.version_string()}), {props.name}, "
           f"torch {torch.__version__}, bound {TOL:g} (relative Frobenius error vs fp32 SDPA)")
     cases = []
     for dtype in (torch.bfloat16, torch.float16):

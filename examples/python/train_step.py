@@ -27,7 +27,7 @@ if not torch.cuda.is_available():
     print("train_step.py needs a CUDA GPU; skipping")
     sys.exit(0)
 
-import fa2  # noqa: E402
+import libfa2 as fa2  # noqa: E402
 
 
 class SelfAttention(nn.Module):

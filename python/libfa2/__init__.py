@@ -1,6 +1,7 @@
-"""libfa2 from Python: a pure-ctypes binding, one module, no compile step.
+"""libfa2 from Python: a pure-ctypes binding (the package libfa2, one module).
 
-    import fa2
+    pip install .                                    # from a checkout: builds libfa2.so
+    import libfa2 as fa2
     o = fa2.attention(q, k, v, causal=True)        # torch tensors, autograd works
 
 or, without torch, on raw device pointers:
@@ -22,10 +23,11 @@ output tensor whose strides repeat an address raises Fa2Overlap, one with stride
 library refuses Fa2BadStride, both naming the argument.
 
 The library is found, in this order: the FA2_LIBRARY environment variable (a file, or
-a directory holding libfa2.so), the install prefix this file sits in
-(PREFIX/share/fa2/python/fa2.py -> PREFIX/lib*/libfa2.so.0), ctypes.util.find_library
-("fa2") (the loader's paths, LD_LIBRARY_PATH), then build directories of the source
-tree this file sits in (REPO/build*/libfa2.so, newest first). See docs/ffi.md.
+a directory holding libfa2.so), the package's own directory (where a wheel puts it),
+the install prefix the package sits in (PREFIX/share/fa2/python/libfa2 ->
+PREFIX/lib*/libfa2.so.0), ctypes.util.find_library("fa2") (the loader's paths,
+LD_LIBRARY_PATH), then build directories of the source tree the package sits in
+(REPO/build*/libfa2.so, newest first). See docs/ffi.md.
 
 torch is optional and imported only when a torch tensor or a torch helper is used.
 MIT License, see LICENSE.
@@ -39,7 +41,7 @@ import threading
 
 __all__ = [
     "Fa2Error", "Fa2ShapeError", "Fa2LibraryNotFound", "Problem", "DeviceInfo", "Plan",
-    "Library", "load_library", "library", "version", "status_string", "device_info",
+    "Library", "load_library", "library", "version", "build_info", "status_string", "device_info",
     "make_device_info", "make_problem", "plan", "forward", "backward", "attention",
     "DTYPE_FP16", "DTYPE_BF16", "MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
     "STRUCT_MIRRORS", "plan_for", "repeats_addresses",
@@ -221,21 +223,51 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _NAMES = ("libfa2.so.0", "libfa2.so")
 
 
+def _package_version():
+    """The version without loading the library: the installed distribution's, else the
+    one place it is written, FA2_VERSION_* in fa2.h (REPO/include or PREFIX/include)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return version("libfa2")
+        except PackageNotFoundError:
+            pass
+    except ImportError:
+        pass
+    import re
+    for up in (2, 4):  # REPO/python/libfa2, PREFIX/share/fa2/python/libfa2
+        header = os.path.join(_HERE, *([os.pardir] * up), "include", "fa2.h")
+        try:
+            with open(header) as f:
+                text = f.read()
+        except OSError:
+            continue
+        parts = [re.search(r"#define FA2_VERSION_%s (\d+)" % p, text) for p in
+                 ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            return ".".join(m.group(1) for m in parts)
+    return "unknown"
+
+
+__version__ = _package_version()
+
+
 def candidate_paths():
     """Where the library is looked for, in order (FA2_LIBRARY excluded)."""
-    out = []
-    # Installed: PREFIX/share/fa2/python/fa2.py -> PREFIX/lib, lib64, lib/<multiarch>.
+    # A wheel: the library beside this file.
+    out = [os.path.join(_HERE, name) for name in _NAMES]
+    # Installed: PREFIX/share/fa2/python/libfa2 -> PREFIX/lib, lib64, lib/<multiarch>.
     parts = _HERE.split(os.sep)
-    if parts[-3:] == ["share", "fa2", "python"]:
-        prefix = os.sep.join(parts[:-3]) or os.sep
+    if parts[-4:] == ["share", "fa2", "python", "libfa2"]:
+        prefix = os.sep.join(parts[:-4]) or os.sep
         for libdir in ["lib", "lib64"] + sorted(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu"))):
             for name in _NAMES:
                 out.append(os.path.join(prefix, libdir, name))
     found = ctypes.util.find_library("fa2")
     if found:
         out.append(found)
-    # Source tree: REPO/python/fa2.py -> REPO/build/libfa2.so, then REPO/build*/ newest.
-    repo = os.path.dirname(_HERE)
+    # Source tree: REPO/python/libfa2 -> REPO/build/libfa2.so, then REPO/build*/ newest.
+    repo = os.path.dirname(os.path.dirname(_HERE))
     builds = [p for p in glob.glob(os.path.join(repo, "build*", "libfa2.so"))]
     builds.sort(key=lambda p: (os.path.basename(os.path.dirname(p)) != "build",
                                -os.path.getmtime(p)))
@@ -284,8 +316,8 @@ class Library:
         if library_size != ctypes.sizeof(mirror):
             raise Fa2LibraryNotFound(
                 f"{self.path}: {c_name} is {library_size} bytes in the library, "
-                f"{ctypes.sizeof(mirror)} in fa2.py (library version "
-                f"{self.version_string()}): use the fa2.py of the same release")
+                f"{ctypes.sizeof(mirror)} in the libfa2 package (library version "
+                f"{self.version_string()}): use the package of the same release")
 
     # -- plain calls --------------------------------------------------------------
     def version(self):

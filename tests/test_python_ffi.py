@@ -382,6 +382,27 @@ class Errors(unittest.TestCase):
         self.assertIn("head_dim=300", fa2.library().last_error())
 
 
+class FlashAttnShaped(unittest.TestCase):
+    """flash_attn_func refuses what libfa2 does not do before touching any tensor (None
+    stands in for the tensors: nothing may look at them)."""
+
+    def test_refusals_name_the_argument(self):
+        for kwargs, name in (({"dropout_p": 0.1}, "dropout_p"), ({"softcap": 30.0}, "softcap"),
+                             ({"alibi_slopes": object()}, "alibi_slopes"),
+                             ({"return_attn_probs": True}, "return_attn_probs")):
+            with self.assertRaises(fa2.Fa2ShapeError) as cm:
+                fa2.flash_attn_func(None, None, None, **kwargs)
+            self.assertIn(name, str(cm.exception))
+        # dropout_p as the fourth positional argument, as flash_attn_func has it
+        with self.assertRaises(fa2.Fa2ShapeError):
+            fa2.flash_attn_func(None, None, None, 0.5)
+
+    def test_attention_options_are_keyword_only(self):
+        # attention(q, k, v, 0.0) would otherwise read flash_attn_func's dropout_p as causal
+        with self.assertRaises(TypeError):
+            fa2.attention(None, None, None, 0.0)
+
+
 class Layouts(unittest.TestCase):
     """repeats_addresses: which strided layouts give two elements one address (plain
     Python on shapes and strides, what the tensor checks are made of)."""

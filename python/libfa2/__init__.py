@@ -43,6 +43,7 @@ __all__ = [
     "Fa2Error", "Fa2ShapeError", "Fa2LibraryNotFound", "Problem", "DeviceInfo", "Plan",
     "Library", "load_library", "library", "version", "build_info", "status_string", "device_info",
     "make_device_info", "make_problem", "plan", "forward", "backward", "attention",
+    "flash_attn_func",
     "DTYPE_FP16", "DTYPE_BF16", "MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
     "STRUCT_MIRRORS", "plan_for", "repeats_addresses",
 ]
@@ -902,9 +903,11 @@ def _attention_function():
     return _function_class
 
 
-def attention(q, k, v, causal=False, *, window=(-1, -1), softmax_scale=None,
+def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
               deterministic=False):
-    """softmax(scale * q k^T + mask) v on BSHD torch tensors, differentiable.
+    """softmax(scale * q k^T + mask) v on BSHD torch tensors, differentiable. Options
+    are keyword-only (a fourth positional argument would be flash_attn_func's dropout_p;
+    see flash_attn_func).
     q [b, sq, hq, d], k/v [b, sk, hkv, d], hq a multiple of hkv (GQA/MQA). Causal
     masks are bottom-right aligned when sq != sk (FlashAttention-2 >= 2.1). Tensors
     whose head_dim stride is not 1 are made contiguous first. Broadcast (expanded)
@@ -912,6 +915,26 @@ def attention(q, k, v, causal=False, *, window=(-1, -1), softmax_scale=None,
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return _attention_function().apply(q, k, v, bool(causal), tuple(window), softmax_scale,
                                        bool(deterministic))
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                    deterministic=False, return_attn_probs=False):
+    """attention() with the argument order of flash_attn.flash_attn_func, for code
+    written against FlashAttention-2. What libfa2 does not do is refused, naming the
+    argument, before any tensor is touched: dropout_p != 0, softcap != 0, alibi_slopes,
+    return_attn_probs."""
+    if dropout_p:
+        raise Fa2ShapeError(f"flash_attn_func: dropout_p={dropout_p!r}: libfa2 has no "
+                            "dropout (use 0.0)")
+    if softcap:
+        raise Fa2ShapeError(f"flash_attn_func: softcap={softcap!r} is not supported (use 0.0)")
+    if alibi_slopes is not None:
+        raise Fa2ShapeError("flash_attn_func: alibi_slopes is not supported (use None)")
+    if return_attn_probs:
+        raise Fa2ShapeError("flash_attn_func: return_attn_probs is not supported")
+    return attention(q, k, v, causal=causal, window=tuple(window_size),
+                     softmax_scale=softmax_scale, deterministic=deterministic)
 
 
 def __getattr__(name):  # PEP 562: fa2.Fa2AttentionFunction builds the class lazily

@@ -937,7 +937,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                      softmax_scale=softmax_scale, deterministic=deterministic)
 
 
-def __getattr__(name):  # PEP 562: fa2.Fa2AttentionFunction builds the class lazily
+def __getattr__(name):  # PEP 562: libfa2.Fa2AttentionFunction builds the class lazily
     if name == "Fa2AttentionFunction":
         return _attention_function()
-    raise AttributeError(f"module 'fa2' has no attribute {name!r}")
+    raise AttributeError(f"module 'libfa2' has no attribute {name!r}")

@@ -70,7 +70,8 @@ class Loading(unittest.TestCase):
         major, minor, patch = (int(x) for x in lib.version_string().split("."))
         self.assertEqual(v, major * 10000 + minor * 100 + patch)
         # the header is the one source of the version; the library must agree with it
-        header = open(os.path.join(os.path.dirname(__file__), "..", "include", "fa2.h")).read()
+        with open(os.path.join(os.path.dirname(__file__), "..", "include", "fa2.h")) as f:
+            header = f.read()
         parts = [int(re.search(rf"#define FA2_VERSION_{p} (\d+)", header).group(1))
                  for p in ("MAJOR", "MINOR", "PATCH")]
         self.assertEqual([major, minor, patch], parts)

@@ -39,12 +39,25 @@ for run in consumer_c:OFF consumer_c:ON consumer_cxx:ON; do
     "$tmp/$c-$static/fa2_$c"
 done
 
+step "find_package(fa2) without a CUDA toolkit: fa2::fa2 still links"
+mkdir -p "$tmp/nocuda"
+printf '%s\n' 'cmake_minimum_required(VERSION 3.24)' 'project(fa2_nocuda LANGUAGES C)' \
+    'find_package(fa2 REQUIRED)' 'add_executable(fa2_nocuda main.c)' \
+    'target_link_libraries(fa2_nocuda PRIVATE fa2::fa2)' >"$tmp/nocuda/CMakeLists.txt"
+printf '%s\n' '#include <stdio.h>' '#include <fa2.h>' \
+    'int main(void) { printf("libfa2 %s without a toolkit\n", fa2_version_string());' \
+    '                 return fa2_version() == FA2_VERSION_NUMBER ? 0 : 1; }' >"$tmp/nocuda/main.c"
+cmake -S "$tmp/nocuda" -B "$tmp/nocuda/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON >"$tmp/nocuda.log" 2>&1 || { cat "$tmp/nocuda.log"; exit 1; }
+cmake --build "$tmp/nocuda/build" >>"$tmp/nocuda.log" 2>&1 || { cat "$tmp/nocuda.log"; exit 1; }
+"$tmp/nocuda/build/fa2_nocuda"
+
 step "examples/consumer_make: Makefile + pkg-config, PKG_CONFIG_PATH=<prefix>"
 command -v pkg-config >/dev/null 2>&1 || { echo "pkg-config is missing" >&2; exit 1; }
 cp -r examples/consumer_make "$tmp/consumer_make"
 export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 echo "pkg-config --cflags --libs fa2: $(pkg-config --cflags --libs fa2)"
-echo "pkg-config --static --libs fa2: $(pkg-config --static --libs fa2)"
+echo "pkg-config --libs fa2-static: $(pkg-config --libs fa2-static)"
 make -s -C "$tmp/consumer_make" run run-static
 
 step "python: the libfa2 package from the prefix finds the prefix's libfa2"

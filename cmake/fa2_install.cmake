@@ -58,7 +58,10 @@ endforeach()
 set(FA2_PC_CUDART_DIR "${CUDAToolkit_LIBRARY_DIR}")
 list(GET CUDAToolkit_INCLUDE_DIRS 0 FA2_PC_CUDA_INCLUDE_DIR)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/fa2.pc.in ${PROJECT_BINARY_DIR}/fa2.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/fa2.pc DESTINATION ${FA2_INSTALL_PKGCONFIGDIR})
+configure_file(${CMAKE_CURRENT_LIST_DIR}/fa2-static.pc.in ${PROJECT_BINARY_DIR}/fa2-static.pc
+               @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/fa2.pc ${PROJECT_BINARY_DIR}/fa2-static.pc
+        DESTINATION ${FA2_INSTALL_PKGCONFIGDIR})
 
 # The Python binding (the package python/libfa2, pure ctypes) goes next to the library's
 # data; it finds the installed libfa2 relative to itself.

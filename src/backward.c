@@ -36,11 +36,25 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64
                         " seqlen_q=%" PRId64 " head_dim=%" PRId64 " overflows int64 bytes",
                         pr->batch, pr->heads_q, pr->seqlen_q, pr->head_dim);
-    default: /* FA2_ERROR_SHARED_MEMORY */
+    default: { /* FA2_ERROR_SHARED_MEMORY */
+        /* Say so when the other mode's kernels fit (the deterministic backward's tiles
+         * are smaller on the mma.sync path). */
+        fa2_problem_t other = plan->problem;
+        fa2_plan_t alt;
+        const int fits = (other.deterministic = !other.deterministic,
+                          fa2_plan(&other, &plan->device, &alt) == FA2_SUCCESS &&
+                              alt.bwd_supported);
         return fa2_fail(FA2_ERROR_SHARED_MEMORY,
                         "the backward kernels need %" PRId64 " bytes of shared memory per "
-                        "block (head_dim bucket %d), more than the plan's device allows",
-                        plan->bwd_smem_bytes, (int)plan->head_dim_bucket);
+                        "block (head_dim bucket %d), more than the plan's device allows "
+                        "(%" PRId64 ")%s",
+                        plan->bwd_smem_bytes, (int)plan->head_dim_bucket,
+                        plan->device.smem_per_block_optin,
+                        fits ? (other.deterministic
+                                    ? "; with deterministic = 1 the backward fits"
+                                    : "; with deterministic = 0 the backward fits")
+                             : "");
+    }
     }
 }
 

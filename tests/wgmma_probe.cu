@@ -15,19 +15,22 @@ namespace {
 
 constexpr int kM = 64, kN = 128, kK = 64;
 
-// mode: bit 0 = B MN-major, bit 1 = A from registers, bit 2 = swap LBO/SBO of B.
+// kMode: bit 0 = B MN-major, bit 1 = A from registers, bit 2 = swap LBO/SBO of B. A
+// template argument, so that each kernel is one straight wgmma sequence (with the
+// choice made at run time, ptxas had to inject warpgroup.arrive and said so).
+template <int kMode>
 __global__ void __launch_bounds__(128, 1)
-probe_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c, int mode)
+probe_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c)
 {
 #if defined(FA2_SM90A)
     __shared__ __align__(1024) uint8_t smem[(kM + kN) * kK * 2 + kK * kN * 2];
     using namespace fa2;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const bool mn_major = mode & 1, a_regs = mode & 2, swap = mode & 4;
+    constexpr bool mn_major = kMode & 1, a_regs = kMode & 2, swap = kMode & 4;
     const uint32_t a_smem = smem_addr(smem);
     const uint32_t b_smem = a_smem + kM * kK * 2;
     load_panels<__nv_bfloat16, kM, kK / 8, 128>(a_smem, a, kK, kM, kK, tid);
-    if (mn_major)  // B stored [k][n]: rows = K
+    if constexpr (mn_major)  // B stored [k][n]: rows = K
         load_panels<__nv_bfloat16, kK, kN / 8, 128>(b_smem, b, kN, kK, kN, tid);
     else  // Bᵀ stored [n][k]: rows = N
         load_panels<__nv_bfloat16, kN, kK / 8, 128>(b_smem, b, kK, kN, kK, tid);
@@ -38,7 +41,7 @@ probe_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c, int mode)
 
     float acc[kN / 8][4];
     uint32_t af[kK / 16][4];
-    if (a_regs) {  // the A fragment straight from global memory, as a_fragment lays it out
+    if constexpr (a_regs) {  // the A fragment straight from global memory, as a_fragment lays it out
         float p[kK / 8][4];
         const int r = warp * 16 + lane / 4;
         for (int n = 0; n < kK / 8; ++n)
@@ -51,23 +54,17 @@ probe_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c, int mode)
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
         uint64_t bd;
-        if (!mn_major)
+        if constexpr (!mn_major)
             bd = desc_k_major<kN>(b_smem, 0, kk);
-        else if (!swap)
+        else if constexpr (!swap)
             bd = desc_mn_major<kK>(b_smem, kk);
         else
             bd = wgmma_desc(b_smem + kk * 16 * 128, 1024, kK * 128);
-        if (a_regs) {
-            if (mn_major)
-                wgmma_rs<__nv_bfloat16, 1>(acc, af[kk], bd, kk > 0);
-            else
-                wgmma_rs<__nv_bfloat16, 0>(acc, af[kk], bd, kk > 0);
+        if constexpr (a_regs) {
+            wgmma_rs<__nv_bfloat16, mn_major ? 1 : 0>(acc, af[kk], bd, kk > 0);
         } else {
             const uint64_t ad = desc_k_major<kM>(a_smem, 0, kk);
-            if (mn_major)
-                wgmma_ss<__nv_bfloat16, 0, 1>(acc, ad, bd, kk > 0);
-            else
-                wgmma_ss<__nv_bfloat16, 0, 0>(acc, ad, bd, kk > 0);
+            wgmma_ss<__nv_bfloat16, 0, mn_major ? 1 : 0>(acc, ad, bd, kk > 0);
         }
     }
     wgmma_commit();
@@ -111,7 +108,16 @@ extern "C" int fa2_wgmma_probe(int mode, double *max_rel_err)
         cudaMemcpy(da, ha, na * 2, cudaMemcpyHostToDevice);
         cudaMemcpy(db, hb, nb * 2, cudaMemcpyHostToDevice);
         cudaMemset(dc, 0xFF, nc * 4);  // NaN poison
-        probe_kernel<<<1, 128>>>(da, db, dc, mode);
+        switch (mode & 7) {
+        case 0: probe_kernel<0><<<1, 128>>>(da, db, dc); break;
+        case 1: probe_kernel<1><<<1, 128>>>(da, db, dc); break;
+        case 2: probe_kernel<2><<<1, 128>>>(da, db, dc); break;
+        case 3: probe_kernel<3><<<1, 128>>>(da, db, dc); break;
+        case 4: probe_kernel<4><<<1, 128>>>(da, db, dc); break;
+        case 5: probe_kernel<5><<<1, 128>>>(da, db, dc); break;
+        case 6: probe_kernel<6><<<1, 128>>>(da, db, dc); break;
+        default: probe_kernel<7><<<1, 128>>>(da, db, dc); break;
+        }
         if (cudaDeviceSynchronize() == cudaSuccess &&
             cudaMemcpy(hc, dc, nc * 4, cudaMemcpyDeviceToHost) == cudaSuccess) {
             double num = 0, den = 0;

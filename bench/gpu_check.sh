@@ -13,7 +13,9 @@
 #   FA2_SDPA=1       also run bench/sdpa_compare.py (PyTorch SDPA side by side);
 #   FA2_SDPA_ARGS    its extra arguments, e.g. "--quick"
 #   FA2_BASELINE=DIR also build the libfa2 tree in DIR (e.g. an older commit's
-#                    `git archive`) and run ITS bench/sdpa_compare.py with FA2_SDPA_ARGS
+#                    `git archive` in an ignored folder, carried to the device; delete
+#                    it after the run: it holds an older binding) and run ITS
+#                    bench/sdpa_compare.py with FA2_SDPA_ARGS
 #                    right before this tree's, for a before/after table in one session
 #                    (needs FA2_SDPA=1); sdpa-baseline.csv, and new/baseline ratios in the
 #                    summary

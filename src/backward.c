@@ -67,26 +67,16 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
 {
     const fa2_problem_t *pr = &plan->problem;
     const int64_t rows = pr->batch * pr->heads_q * pr->seqlen_q;
-    const fa2_span_t inputs[6] = {
-        fa2_tensor_span("q", q, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
-                        pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride, 2),
-        fa2_tensor_span("k", k, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
-                        pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride, 2),
-        fa2_tensor_span("v", v, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
-                        pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride, 2),
-        fa2_tensor_span("o", o, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
-                        pr->o_batch_stride, pr->o_seq_stride, pr->o_head_stride, 2),
-        fa2_tensor_span("d_o", d_o, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
-                        pr->o_batch_stride, pr->o_seq_stride, pr->o_head_stride, 2),
-        fa2_tensor_span("lse", lse, 1, rows, 1, 1, 0, 1, 0, 4)};
+    const fa2_span_t inputs[6] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
+                                  fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
+                                  fa2_layout_span(pr, FA2_LAYOUT_V, "v", v),
+                                  fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
+                                  fa2_layout_span(pr, FA2_LAYOUT_O, "d_o", d_o),
+                                  fa2_bytes_span("lse", lse, rows * 4)};
     const fa2_span_t outputs[4] = {
-        fa2_tensor_span("dq", dq, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
-                        pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride, 2),
-        fa2_tensor_span("dk", dk, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
-                        pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride, 2),
-        fa2_tensor_span("dv", dv, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
-                        pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride, 2),
-        fa2_tensor_span("workspace", workspace, 1, plan->bwd_workspace_bytes, 1, 1, 0, 1, 0, 1)};
+        fa2_layout_span(pr, FA2_LAYOUT_Q, "dq", dq), fa2_layout_span(pr, FA2_LAYOUT_K, "dk", dk),
+        fa2_layout_span(pr, FA2_LAYOUT_V, "dv", dv),
+        fa2_bytes_span("workspace", workspace, plan->bwd_workspace_bytes)};
     return fa2_check_disjoint(outputs, 4, inputs, 6);
 }
 

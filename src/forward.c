@@ -60,18 +60,12 @@ static fa2_status_t check_forward_overlap(const fa2_plan_t *plan, const void *q,
                                           const float *lse)
 {
     const fa2_problem_t *pr = &plan->problem;
-    const fa2_span_t inputs[3] = {
-        fa2_tensor_span("q", q, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
-                        pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride, 2),
-        fa2_tensor_span("k", k, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
-                        pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride, 2),
-        fa2_tensor_span("v", v, pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
-                        pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride, 2)};
-    const fa2_span_t outputs[2] = {
-        fa2_tensor_span("o", o, pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
-                        pr->o_batch_stride, pr->o_seq_stride, pr->o_head_stride, 2),
-        fa2_tensor_span("lse", lse, lse ? 1 : 0, pr->batch * pr->heads_q * pr->seqlen_q, 1, 1,
-                        0, 1, 0, 4)};
+    const int64_t rows = pr->batch * pr->heads_q * pr->seqlen_q;
+    const fa2_span_t inputs[3] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
+                                  fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
+                                  fa2_layout_span(pr, FA2_LAYOUT_V, "v", v)};
+    const fa2_span_t outputs[2] = {fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
+                                   fa2_bytes_span("lse", lse, lse ? rows * 4 : 0)};
     return fa2_check_disjoint(outputs, 2, inputs, 3);
 }
 

@@ -44,6 +44,18 @@ static inline int fa2_cc_runs_sm90a(int cc_major, int cc_minor)
     return cc_major == 9 && cc_minor == 0;
 }
 
+/* 1 when a device of compute capability major.minor with `smem_optin` bytes of shared
+ * memory per block can run the forward (backward = 0) or backward kernels `plan` chose:
+ * sm_80 or newer, exactly sm_90 for the Hopper kernels, enough shared memory. */
+static inline int fa2_device_runs_plan(const fa2_plan_t *plan, int backward, int cc_major,
+                                       int cc_minor, int64_t smem_optin)
+{
+    const int hopper = (backward ? plan->bwd_arch : plan->fwd_arch) == 90;
+    const int64_t smem = backward ? plan->bwd_smem_bytes : plan->smem_bytes;
+    return cc_major >= 8 && (!hopper || fa2_cc_runs_sm90a(cc_major, cc_minor)) &&
+           smem <= smem_optin;
+}
+
 /* The compiled head dim a problem of `head_dim` runs in: the smallest bucket >=
  * head_dim, or 0 when there is none (head_dim > 256). Callers check the multiple of
  * 8 themselves. */
@@ -88,15 +100,23 @@ fa2_status_t fa2_check_plan(const fa2_plan_t *plan);
  * queried. Device properties are cached per device. */
 fa2_status_t fa2_check_device(const fa2_plan_t *plan, int backward);
 
-/* The bytes [begin, end) a tensor of validated layout reaches (empty when a size is 0). */
+/* The bytes [begin, end) a tensor reaches (empty: begin == end). */
 typedef struct fa2_span_t {
     const char *name;
     uintptr_t begin, end;
 } fa2_span_t;
 
-fa2_span_t fa2_tensor_span(const char *name, const void *ptr, int64_t batch, int64_t seq,
-                           int64_t heads, int64_t head_dim, int64_t batch_stride,
-                           int64_t seq_stride, int64_t head_stride, int64_t elem_bytes);
+/* Whose sizes and strides a 16-bit tensor has: Q's (also dQ), K's (dK), V's (dV), O's
+ * (also dO). */
+typedef enum fa2_layout_t { FA2_LAYOUT_Q, FA2_LAYOUT_K, FA2_LAYOUT_V, FA2_LAYOUT_O } fa2_layout_t;
+
+/* The span of `ptr` laid out as `layout` of a validated problem (empty when its
+ * sequence is: seqlen_k = 0). */
+fa2_span_t fa2_layout_span(const fa2_problem_t *problem, fa2_layout_t layout, const char *name,
+                           const void *ptr);
+
+/* `bytes` bytes from ptr (LSE, workspace). */
+fa2_span_t fa2_bytes_span(const char *name, const void *ptr, int64_t bytes);
 
 /* FA2_ERROR_OVERLAP naming the pair when an output overlaps another output or an input
  * (inputs may overlap each other). */

@@ -72,7 +72,7 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
                           int64_t bucket, fa2_plan_t *out)
 {
     const int64_t cols = fa2_fwd_smem_cols(bucket);
-    int64_t dkdv = 0, ds = 0, dq = 0, grid, slices = 1;
+    int64_t dkdv = 0, ds = 0, dq = 0, grid, row_grid, slices = 1;
     fa2_bwd_workspace_t ws;
     int atomics;
 #define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw)                 \
@@ -134,8 +134,9 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
     if (!atomics && ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
         grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
-    if (fa2_bwd_row_kernel_blocks(pr->batch * pr->heads_q * pr->seqlen_q, pr->head_dim) > grid)
-        grid = fa2_bwd_row_kernel_blocks(pr->batch * pr->heads_q * pr->seqlen_q, pr->head_dim);
+    row_grid = fa2_bwd_row_kernel_blocks(pr->batch * pr->heads_q * pr->seqlen_q, pr->head_dim);
+    if (row_grid > grid)
+        grid = row_grid;
     if (grid > INT32_MAX)
         out->bwd_status = FA2_ERROR_INVALID_SIZE;
     /* dQ, dK and dV are written with Q's, K's and V's strides: those must not repeat an

@@ -97,7 +97,7 @@ fa2_status_t fa2_check_device(const fa2_plan_t *plan, int backward)
     const int64_t smem = backward ? plan->bwd_smem_bytes : plan->smem_bytes;
     if ((s = current_device(&device, &major, &minor, &optin)))
         return s;
-    if (major < 8 || (hopper && !fa2_cc_runs_sm90a(major, minor)) || smem > optin)
+    if (!fa2_device_runs_plan(plan, backward, major, minor, optin))
         return fa2_fail(FA2_ERROR_DEVICE_MISMATCH,
                         "the plan was made for sm_%d%d (%" PRId64 " bytes of shared memory "
                         "per block) and runs %s kernels needing %" PRId64
@@ -108,15 +108,30 @@ fa2_status_t fa2_check_device(const fa2_plan_t *plan, int backward)
     return FA2_SUCCESS;
 }
 
-fa2_span_t fa2_tensor_span(const char *name, const void *ptr, int64_t batch, int64_t seq,
-                           int64_t heads, int64_t head_dim, int64_t batch_stride,
-                           int64_t seq_stride, int64_t head_stride, int64_t elem_bytes)
+fa2_span_t fa2_layout_span(const fa2_problem_t *pr, fa2_layout_t layout, const char *name,
+                           const void *ptr)
 {
     /* Validated sizes: the last element's offset fits in int64 (check_extent). */
+    int64_t bs, ss, hs;
+    switch (layout) {
+    case FA2_LAYOUT_Q: bs = pr->q_batch_stride, ss = pr->q_seq_stride, hs = pr->q_head_stride; break;
+    case FA2_LAYOUT_K: bs = pr->k_batch_stride, ss = pr->k_seq_stride, hs = pr->k_head_stride; break;
+    case FA2_LAYOUT_V: bs = pr->v_batch_stride, ss = pr->v_seq_stride, hs = pr->v_head_stride; break;
+    default: bs = pr->o_batch_stride, ss = pr->o_seq_stride, hs = pr->o_head_stride; break;
+    }
+    const int queries = layout == FA2_LAYOUT_Q || layout == FA2_LAYOUT_O;
+    const int64_t seq = queries ? pr->seqlen_q : pr->seqlen_k;
+    const int64_t heads = queries ? pr->heads_q : pr->heads_kv;
     fa2_span_t span = {name, (uintptr_t)ptr, (uintptr_t)ptr};
-    if (batch > 0 && seq > 0 && heads > 0)
-        span.end += (uintptr_t)(((batch - 1) * batch_stride + (seq - 1) * seq_stride +
-                                 (heads - 1) * head_stride + head_dim) * elem_bytes);
+    if (seq > 0) /* batch and heads are >= 1 */
+        span.end += (uintptr_t)(((pr->batch - 1) * bs + (seq - 1) * ss + (heads - 1) * hs +
+                                 pr->head_dim) * 2);
+    return span;
+}
+
+fa2_span_t fa2_bytes_span(const char *name, const void *ptr, int64_t bytes)
+{
+    fa2_span_t span = {name, (uintptr_t)ptr, (uintptr_t)ptr + (uintptr_t)bytes};
     return span;
 }
 

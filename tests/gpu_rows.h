@@ -43,6 +43,33 @@ static inline int gpu_rows_probe(const char *test, fa2_device_info_t *info)
     return 0;
 }
 
+/* Inside a case that prints one line: on a CUDA error, ends the line with the error and
+ * FAIL and goes to the caller's `cleanup` label. */
+#define CK(call)                                                                        \
+    do {                                                                                \
+        const cudaError_t e_ = (call);                                                  \
+        if (e_ != cudaSuccess) {                                                        \
+            printf(" : CUDA error at line %d: %s -> %s FAIL\n", __LINE__, #call,         \
+                   cudaGetErrorString(e_));                                             \
+            goto cleanup;                                                               \
+        }                                                                               \
+    } while (0)
+
+/* The spacing of the dtype's values just above 1: 2^-8 (bf16), 2^-11 (fp16). */
+static inline double gpu_rows_eps(fa2_dtype_t t)
+{
+    return t == FA2_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+}
+
+/* max(floor, max |x[t]|). */
+static inline double gpu_rows_maxabs(const double *x, int64_t n, double floor)
+{
+    double m = floor;
+    for (int64_t t = 0; t < n; ++t)
+        m = fmax(m, fabs(x[t]));
+    return m;
+}
+
 /* ---- hashed tensors ----------------------------------------------------------------- */
 
 static inline uint64_t gpu_rows_mix(uint64_t z)

@@ -153,3 +153,24 @@ int gpu_test_setup(const char *what, fa2_device_info_t *info, uint64_t *seed, lo
            *seed, *seed);
     return 0;
 }
+
+int structural_zeros(const fa2_problem_t *p, char *zq, char *zkv)
+{
+    const int64_t d = p->head_dim, hq = p->heads_q, hkv = p->heads_kv;
+    char *seen = calloc((size_t)(p->seqlen_k > 0 ? p->seqlen_k : 1), 1);
+    if (!seen)
+        return -1;
+    for (int64_t i = 0; i < p->seqlen_q; ++i) {
+        int64_t lo, hi;
+        const int any = oracle_key_range(p, i, &lo, &hi);
+        for (int64_t j = lo; any && j <= hi; ++j)
+            seen[j] = 1;
+        for (int64_t b = 0; b < p->batch; ++b)
+            memset(zq + (b * p->seqlen_q + i) * hq * d, !any, (size_t)(hq * d));
+    }
+    for (int64_t j = 0; j < p->seqlen_k; ++j)
+        for (int64_t b = 0; b < p->batch; ++b)
+            memset(zkv + (b * p->seqlen_k + j) * hkv * d, !seen[j], (size_t)(hkv * d));
+    free(seen);
+    return 0;
+}

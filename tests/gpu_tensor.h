@@ -66,6 +66,11 @@ cudaError_t tensor_upload(tensor_t *t);
 /* All alloc elements of t->dev back into t->bits. */
 cudaError_t tensor_download(tensor_t *t);
 
+/* Where the mask leaves no path to the loss, for contiguous BSHD gradients of p: zq (one
+ * byte per dQ element) is 1 on the rows that see no key, zkv (per dK/dV element) on the
+ * keys no query row sees. 0, or -1 when out of memory. */
+int structural_zeros(const fa2_problem_t *p, char *zq, char *zkv);
+
 /* ---- cases -------------------------------------------------------------------------- */
 
 /* The inputs' RNG of case `index` under run seed `seed`. */

@@ -197,27 +197,6 @@ static void gather(const tensor_t *t, double *out, const char *zero0, int64_t *n
         *guard_written += t->bits[at] != 0xFFFFu;
 }
 
-/* Where the mask leaves no path: dQ rows that see no key, dK/dV rows no query sees. */
-static void structural_zeros(const fa2_problem_t *p, char *zq, char *zkv)
-{
-    const int64_t d = p->head_dim, hq = p->heads_q, hkv = p->heads_kv;
-    char *seen = calloc((size_t)p->seqlen_k, 1);
-    if (!seen)
-        return;
-    for (int64_t i = 0; i < p->seqlen_q; ++i) {
-        int64_t lo, hi;
-        const int any = oracle_key_range(p, i, &lo, &hi);
-        for (int64_t j = lo; any && j <= hi; ++j)
-            seen[j] = 1;
-        for (int64_t b = 0; b < p->batch; ++b)
-            memset(zq + (b * p->seqlen_q + i) * hq * d, !any, (size_t)(hq * d));
-    }
-    for (int64_t j = 0; j < p->seqlen_k; ++j)
-        for (int64_t b = 0; b < p->batch; ++b)
-            memset(zkv + (b * p->seqlen_k + j) * hkv * d, !seen[j], (size_t)(hkv * d));
-    free(seen);
-}
-
 /* One replay of graph g on fresh inputs (seed `seed`); prints the round's line. */
 static int graph_round(graph_t *g, cudaStream_t stream, int round, uint64_t seed)
 {
@@ -280,7 +259,10 @@ static int graph_round(graph_t *g, cudaStream_t stream, int round, uint64_t seed
         printf(" oracle out of memory FAIL\n");
         goto cleanup;
     }
-    structural_zeros(p, zq, zkv);
+    if (structural_zeros(p, zq, zkv)) {
+        printf(" out of memory FAIL\n");
+        goto cleanup;
+    }
     gather(&g->o, got, zq, &nonfinite, &nonzero, &guard);
     const double o_err = oracle_rel_l2(got, want_o, (size_t)nq);
     const double o_bound = fmin(O_MAX_REL_L2, fmax(2.0 * oracle_rel_l2(ref_o, want_o, (size_t)nq),

@@ -38,15 +38,6 @@
 
 static fa2_device_info_t g_info;
 
-#define CK(call)                                                                        \
-    do {                                                                                \
-        const cudaError_t e_ = (call);                                                  \
-        if (e_ != cudaSuccess) {                                                        \
-            printf(" : CUDA error at line %d: %s -> %s FAIL\n", __LINE__, #call,         \
-                   cudaGetErrorString(e_));                                             \
-            goto cleanup;                                                               \
-        }                                                                               \
-    } while (0)
 
 typedef enum poison_t { NO_POISON, NAN_Q, INF_Q, NAN_K, NAN_V } poison_t;
 
@@ -149,19 +140,6 @@ static int row_reachable_by_poison(const fa2_plan_t *plan, const hcase_t *c, int
         return 0;
     const int64_t block = c->poison_row / plan->block_n;
     return block >= lo / plan->block_n && block <= hi / plan->block_n;
-}
-
-static double eps_of(fa2_dtype_t t)
-{
-    return t == FA2_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
-}
-
-static double maxabs(const double *x, int64_t n, double floor)
-{
-    double m = floor;
-    for (int64_t t = 0; t < n; ++t)
-        m = fmax(m, fabs(x[t]));
-    return m;
 }
 
 static void to_float(const uint16_t *bits, float *out, int64_t n, const float *lut)
@@ -293,7 +271,7 @@ static int run_case(const hcase_t *c)
         free(row_bits), free(clean);
         goto cleanup;
     }
-    const double eps = eps_of(c->dtype);
+    const double eps = gpu_rows_eps(c->dtype);
     const int64_t row_count = c->all_rows || c->seqlen_q <= 8 ? p.seqlen_q : 0;
     for (int64_t b = 0; b < (row_count ? p.batch : 1); ++b)
         for (int64_t r = 0; row_count ? r < row_count : (r < 6 && c->rows[r] >= 0); ++r) {
@@ -349,7 +327,7 @@ static int run_case(const hcase_t *c)
                     const double e = fabs((double)lse_got - lse_ref) / fmax(1.0, fabs(lse_ref));
                     worst_lse = fmax(worst_lse, isfinite(e) ? e : INFINITY);
                     n_bad_lse += !(e <= 1e-3);
-                    const double tol = 4 * eps * maxabs(o_ref, d, 0.25) + (c->scale > 10 ? 2e-2 : 0);
+                    const double tol = 4 * eps * gpu_rows_maxabs(o_ref, d, 0.25) + (c->scale > 10 ? 2e-2 : 0);
                     if (gpu_rows_compare(got, o_ref, d, tol, 0, &worst_o) && n_bad_o++ < 3)
                         printf("\n  O row b=%" PRId64 " i=%" PRId64 " h=%" PRId64
                                ": got[0] %g want %g (tol %.2e)", b, i, h, (double)got[0],
@@ -360,7 +338,7 @@ static int run_case(const hcase_t *c)
                                   cudaMemcpyDeviceToHost));
                     to_float(row_bits, got, d, lut);
                     const double tol = c->scale > 10 ? INFINITY /* finite only */
-                                                     : 8 * eps * maxabs(dq_ref, d, 1e-3);
+                                                     : 8 * eps * gpu_rows_maxabs(dq_ref, d, 1e-3);
                     int fin = 1;
                     for (int64_t x = 0; x < d; ++x)
                         fin &= isfinite(got[x]) != 0;
@@ -381,10 +359,10 @@ static int run_case(const hcase_t *c)
                      * exactly 0 in the reference (one visible key: dS = 0) allows the
                      * kernel's rounding noise */
                     const double floor =
-                        1e-3 * fmax(maxabs(rdk + (b * p.heads_kv + h) * nj * d, nj * d, 0),
-                                    maxabs(rdv + (b * p.heads_kv + h) * nj * d, nj * d, 0));
+                        1e-3 * fmax(gpu_rows_maxabs(rdk + (b * p.heads_kv + h) * nj * d, nj * d, 0),
+                                    gpu_rows_maxabs(rdv + (b * p.heads_kv + h) * nj * d, nj * d, 0));
                     const double tol = c->scale > 10 ? INFINITY
-                                                     : 8 * eps * maxabs(want, nj * d, fmax(floor, 1e-30));
+                                                     : 8 * eps * gpu_rows_maxabs(want, nj * d, fmax(floor, 1e-30));
                     for (int64_t j = 0; j < nj; ++j) {
                         CK(cudaMemcpy(row_bits, (uint16_t *)(t ? dv_ : dk_) +
                                                     gpu_rows_k_at(&p, b, c->dkv_lo + j, h),

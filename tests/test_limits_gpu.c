@@ -232,15 +232,6 @@ static const lcase_t cases[] = {
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-#define CK(call)                                                                        \
-    do {                                                                                \
-        const cudaError_t e_ = (call);                                                  \
-        if (e_ != cudaSuccess) {                                                        \
-            printf(" : CUDA error at line %d: %s -> %s FAIL\n", __LINE__, #call,         \
-                   cudaGetErrorString(e_));                                             \
-            goto cleanup;                                                               \
-        }                                                                               \
-    } while (0)
 
 /* A fa2 call that must succeed; else the case fails. */
 #define FA2_OK(call)                                                                    \
@@ -259,24 +250,11 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double eps_of(fa2_dtype_t t)
-{
-    return t == FA2_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
-}
-
 /* The gap from |x| (as fp32) to the next fp32 value. */
 static double ulp32(double x)
 {
     const float f = (float)fabs(x);
     return (double)nextafterf(f, INFINITY) - (double)f;
-}
-
-static double maxabs(const double *x, int64_t n, double floor)
-{
-    double m = floor;
-    for (int64_t t = 0; t < n; ++t)
-        m = fmax(m, fabs(x[t]));
-    return m;
 }
 
 static void to_float(const uint16_t *bits, float *out, int64_t n, fa2_dtype_t dt)
@@ -470,7 +448,7 @@ static void check_o_row(check_t *c, fa2_dtype_t dt, lse_mode_t mode, int64_t b, 
      * drift: measured (bench/long_rows.c, H200) 7.8e-3 at n = 2^20, 3.9e-2 at 2^22,
      * about 1.25 * n * 2^-27 of the largest |O|; allowed 1.5x that from n = 2^16 on. */
     const double drift = c->sum_terms >= 65536 ? 1.5 * c->sum_terms * 0x1p-27 : 0.0;
-    const double tol = (4 * eps_of(dt) + drift) * maxabs(want, d, 0.25);
+    const double tol = (4 * gpu_rows_eps(dt) + drift) * gpu_rows_maxabs(want, d, 0.25);
     int64_t bad = 0, worst_x = 0;
     double worst = -INFINITY;
     for (int64_t x = 0; x < d; ++x) {
@@ -630,7 +608,7 @@ static int bwd_allowances(const fa2_problem_t *p, const float *q, const float *k
     const int64_t d = p->head_dim, group = p->heads_q / p->heads_kv;
     const int64_t nq = p->batch * p->seqlen_q * p->heads_q * d;
     const int64_t nk = p->batch * p->seqlen_k * p->heads_kv * d;
-    const double eps = eps_of(p->dtype), scale = oracle_softmax_scale(p);
+    const double eps = gpu_rows_eps(p->dtype), scale = oracle_softmax_scale(p);
     const size_t ns = (size_t)(p->seqlen_k > 0 ? p->seqlen_k : 1);
     double *s = malloc(sizeof(double) * ns), *dp = malloc(sizeof(double) * ns);
     double *o = malloc(sizeof(double) * (size_t)d), *pk = malloc(sizeof(double) * (size_t)d);
@@ -739,7 +717,7 @@ static void check_gradients(check_t *c, const fa2_problem_t *p, const float *dq,
 {
     const int64_t d = p->head_dim, sq = p->seqlen_q, sk = p->seqlen_k;
     const int64_t hq = p->heads_q, hkv = p->heads_kv;
-    const double eps = eps_of(p->dtype);
+    const double eps = gpu_rows_eps(p->dtype);
     char *seen = calloc((size_t)(sk > 0 ? sk : 1), 1);
     if (!seen) {
         c->bad_zero++;
@@ -755,7 +733,7 @@ static void check_gradients(check_t *c, const fa2_problem_t *p, const float *dq,
             for (int64_t h = 0; h < hq; ++h) {
                 const int64_t at = ((b * sq + i) * hq + h) * d;
                 check_grad_row(c, "dQ", &c->bad_dq, &c->ex_dq, b, i + row_shift, h, dq + at,
-                               wq + at, aq + at, d, 8 * eps * maxabs(wq + at, d, 1e-3), !any);
+                               wq + at, aq + at, d, 8 * eps * gpu_rows_maxabs(wq + at, d, 1e-3), !any);
             }
     }
     for (int64_t b = 0; b < p->batch; ++b)
@@ -764,7 +742,7 @@ static void check_gradients(check_t *c, const fa2_problem_t *p, const float *dq,
             double mk = 0.0, mv = 0.0;
             for (int64_t j = 0; j < sk; ++j) {
                 const int64_t at = ((b * sk + j) * hkv + h) * d;
-                mk = maxabs(wk + at, d, mk), mv = maxabs(wv + at, d, mv);
+                mk = gpu_rows_maxabs(wk + at, d, mk), mv = gpu_rows_maxabs(wv + at, d, mv);
             }
             const double floor = fmax(1e-3 * fmax(mk, mv), 1e-30);
             const double tol_k = 8 * eps * fmax(mk, floor), tol_v = 8 * eps * fmax(mv, floor);

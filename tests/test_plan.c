@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "internal.h" /* fa2_device_runs_plan */
 #include "sm90/bwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
 #include "fa2.h"
@@ -614,6 +615,41 @@ static void test_problem_copied(void **state)
     assert_memory_equal(&pl.problem, &p, sizeof p);
 }
 
+/* Which devices run a plan's kernels (fa2_forward / fa2_backward refuse the others with
+ * FA2_ERROR_DEVICE_MISMATCH before queuing anything). */
+static void test_device_runs_plan(void **state)
+{
+    fa2_device_info_t h200 = device(232448), a100 = device(166912);
+    fa2_problem_t p;
+    fa2_plan_t on_h200, on_a100;
+    (void)state;
+    a100.cc_major = 8;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 512, 512, 4, 4, 128);
+    assert_int_equal(fa2_plan(&p, &h200, &on_h200), FA2_SUCCESS);
+    assert_int_equal(fa2_plan(&p, &a100, &on_a100), FA2_SUCCESS);
+    for (int bwd = 0; bwd < 2; ++bwd) {
+        /* a plan runs where it was made */
+        assert_true(fa2_device_runs_plan(&on_h200, bwd, 9, 0, 232448));
+        assert_true(fa2_device_runs_plan(&on_a100, bwd, 8, 0, 166912));
+        /* mma.sync kernels of an A100 plan fit an H200 too */
+        assert_true(fa2_device_runs_plan(&on_a100, bwd, 9, 0, 232448));
+        /* below sm_80 nothing runs */
+        assert_false(fa2_device_runs_plan(&on_a100, bwd, 7, 5, 232448));
+        /* too little shared memory: one byte short of what the kernels ask */
+        const int64_t need = bwd ? on_a100.bwd_smem_bytes : on_a100.smem_bytes;
+        assert_false(fa2_device_runs_plan(&on_a100, bwd, 8, 0, need - 1));
+        assert_true(fa2_device_runs_plan(&on_a100, bwd, 8, 0, need));
+    }
+#if defined(FA2_WITH_SM90A)
+    /* Hopper kernels run on sm_90 alone, not on sm_80 nor on a later sm_100 */
+    assert_int_equal(on_h200.fwd_arch, 90);
+    assert_false(fa2_device_runs_plan(&on_h200, 0, 8, 0, 232448));
+    assert_false(fa2_device_runs_plan(&on_h200, 0, 10, 0, 232448));
+    assert_int_equal(on_h200.bwd_arch, 90);
+    assert_false(fa2_device_runs_plan(&on_h200, 1, 12, 0, 232448));
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_bucket_mapping_and_scale),
         cmocka_unit_test(test_grid),
+        cmocka_unit_test(test_device_runs_plan),
         cmocka_unit_test(test_problem_copied),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

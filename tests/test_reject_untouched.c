@@ -391,6 +391,11 @@ static void test_backward_rejections(void **state)
     BWD("workspace misaligned", c.ws = MIS(g_ws, 4), FA2_ERROR_MISALIGNED, "workspace=");
     BWD("workspace=NULL", c.ws = NULL, FA2_ERROR_WORKSPACE, "workspace is NULL");
     BWD("workspace_bytes=0", c.ws_bytes = 0, FA2_ERROR_WORKSPACE, "workspace_bytes=0");
+    /* outputs overlapping inputs or each other */
+    BWD("dq overlaps q", c.dq = (void *)g_q, FA2_ERROR_OVERLAP, "dq [");
+    BWD("dk overlaps dv", c.dk = c.dv, FA2_ERROR_OVERLAP, "dk [");
+    BWD("workspace overlaps lse", c.ws = (void *)g_lse, FA2_ERROR_OVERLAP, "workspace [");
+    BWD("dv overlaps d_o", c.dv = (void *)g_do, FA2_ERROR_OVERLAP, "dv [");
     BWD("workspace_bytes one short", c.ws_bytes = (size_t)g_plan.bwd_workspace_bytes - 1,
         FA2_ERROR_WORKSPACE, "bwd_workspace_bytes");
 #undef BWD

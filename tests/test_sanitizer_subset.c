@@ -44,15 +44,6 @@ static const scase_t cases[] = {
 
 static fa2_device_info_t g_info;
 
-#define CK(call)                                                                        \
-    do {                                                                                \
-        const cudaError_t e_ = (call);                                                  \
-        if (e_ != cudaSuccess) {                                                        \
-            printf(" : CUDA error at line %d: %s -> %s FAIL\n", __LINE__, #call,         \
-                   cudaGetErrorString(e_));                                             \
-            goto cleanup;                                                               \
-        }                                                                               \
-    } while (0)
 
 /* worst |got - want| / tol over a tensor slice; NaN counts as infinite */
 static double excess(const uint16_t *bits, const float *lut, const double *want, int64_t n,

@@ -41,9 +41,9 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
          * are smaller on the mma.sync path). */
         fa2_problem_t other = plan->problem;
         fa2_plan_t alt;
-        const int fits = (other.deterministic = !other.deterministic,
-                          fa2_plan(&other, &plan->device, &alt) == FA2_SUCCESS &&
-                              alt.bwd_supported);
+        other.deterministic = !other.deterministic;
+        const int fits =
+            fa2_plan(&other, &plan->device, &alt) == FA2_SUCCESS && alt.bwd_supported;
         return fa2_fail(FA2_ERROR_SHARED_MEMORY,
                         "the backward kernels need %" PRId64 " bytes of shared memory per "
                         "block (head_dim bucket %d), more than the plan's device allows "

@@ -12,13 +12,13 @@
 #   FA2_CTEST_ARGS   extra ctest arguments, e.g. "-L gpu" or "-R forward"
 #   FA2_SDPA=1       also run bench/sdpa_compare.py (PyTorch SDPA side by side);
 #   FA2_SDPA_ARGS    its extra arguments, e.g. "--quick"
-#   FA2_BASELINE=DIR also build the libfa2 tree in DIR (e.g. an older commit's
-#                    `git archive` in an ignored folder, carried to the device; delete
-#                    it after the run: it holds an older binding) and run ITS
-#                    bench/sdpa_compare.py with FA2_SDPA_ARGS
-#                    right before this tree's, for a before/after table in one session
-#                    (needs FA2_SDPA=1); sdpa-baseline.csv, and new/baseline ratios in the
-#                    summary
+#   FA2_BASELINE=DIR also build the libfa2 sources in DIR (an older commit's
+#                    `git archive REV CMakeLists.txt cmake include kernels src` in an
+#                    ignored folder, carried to the device) and run bench/ab_compare.py:
+#                    this tree's library against that one in one process, forward and
+#                    backward per shape (FA2_AB_ARGS: its extra arguments); ab.log, ab.csv
+#   FA2_AB_NOISE=1   with FA2_BASELINE: also this tree's library against a copy of
+#                    itself (the harness's own noise); ab-noise.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -84,14 +84,21 @@ if [ "${FA2_SKIP_BENCH:-0}" != 1 ]; then
     run_step bench "$OUT/bench.log" "$BUILD/bench/fa2_bench" --csv "$OUT/bench.csv" ${FA2_BENCH_ARGS:-}
 fi
 
-if [ "${FA2_SDPA:-0}" = 1 ] && [ -n "${FA2_BASELINE:-}" ]; then
-    : >"$OUT/sdpa-baseline.log"
-    run_step baseline-build "$OUT/sdpa-baseline.log" bash -c "cmake -S '$FA2_BASELINE' -B build-baseline -G Ninja \
+if [ -n "${FA2_BASELINE:-}" ]; then
+    : >"$OUT/ab.log"
+    run_step baseline-build "$OUT/ab.log" bash -c "cmake -S '$FA2_BASELINE' -B build-baseline -G Ninja \
         -DCMAKE_CUDA_ARCHITECTURES=90a-real -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
         cmake --build build-baseline -j16 --target fa2 >/dev/null"
     # shellcheck disable=SC2086
-    run_step sdpa-baseline "$OUT/sdpa-baseline.log" python3 "$FA2_BASELINE/bench/sdpa_compare.py" \
-        --lib build-baseline/libfa2.so --csv "$OUT/sdpa-baseline.csv" ${FA2_SDPA_ARGS:-}
+    run_step ab "$OUT/ab.log" python3 bench/ab_compare.py --lib "$BUILD/libfa2.so" \
+        --base build-baseline/libfa2.so --csv "$OUT/ab.csv" ${FA2_AB_ARGS:-}
+    if [ "${FA2_AB_NOISE:-0}" = 1 ]; then
+        : >"$OUT/ab-noise.log"
+        cp "$BUILD/libfa2.so" build-baseline/libfa2-copy.so
+        # shellcheck disable=SC2086
+        run_step ab-noise "$OUT/ab-noise.log" python3 bench/ab_compare.py --lib "$BUILD/libfa2.so" \
+            --base build-baseline/libfa2-copy.so ${FA2_AB_ARGS:-}
+    fi
 fi
 
 if [ "${FA2_SDPA:-0}" = 1 ]; then
@@ -143,18 +150,13 @@ fi
         echo "bench:  no results (see bench.log)"
     fi
     [ "${FA2_SDPA:-0}" = 1 ] && echo "sdpa:   see sdpa.log / sdpa.csv"
-    if [ -s "$OUT/sdpa-baseline.csv" ] && [ -s "$OUT/sdpa.csv" ]; then
-        echo "sdpa:   this tree / baseline (TFLOP/s ratio; forward, backward) per shape:"
-        awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-                 { key = $col["dtype"] " b" $col["b"] " h" $col["hq"] "/" $col["hkv"] " s" $col["seq"] " d" $col["d"] " c" $col["causal"] }
-                 FILENAME ~ /baseline/ { f0[key] = $col["fa2"]; b0[key] = $col["bwd_fa2"]; next }
-                 key in f0 { rf = $col["fa2"] / f0[key]; rb = (b0[key] > 0) ? $col["bwd_fa2"] / b0[key] : 0
-                             printf "        %-32s %5.3f %5.3f\n", key, rf, rb
-                             n++; sf += rf; sb += rb
-                             if (rf < minf || n == 1) minf = rf; if (rf > maxf || n == 1) maxf = rf
-                             if (rb < minb || n == 1) minb = rb; if (rb > maxb || n == 1) maxb = rb }
-                 END { if (n) printf "        %d shapes: forward %.3f-%.3f (mean %.3f), backward %.3f-%.3f (mean %.3f)\n", n, minf, maxf, sf / n, minb, maxb, sb / n }' \
-            "$OUT/sdpa-baseline.csv" "$OUT/sdpa.csv"
+    if [ -s "$OUT/ab.log" ]; then
+        echo "ab:     this tree over the baseline (speed ratio), one process:"
+        grep -E '^[0-9]+ shapes, ' "$OUT/ab.log" | sed 's/^/        /'
+    fi
+    if [ -s "$OUT/ab-noise.log" ]; then
+        echo "noise:  this tree over a copy of itself:"
+        grep -E '^[0-9]+ shapes, ' "$OUT/ab-noise.log" | sed 's/^/        /'
     fi
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE '^sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed 's/^/sanit:  /'

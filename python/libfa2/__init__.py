@@ -287,8 +287,10 @@ class Library:
         c = self.cdll
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         c.fa2_version.argtypes, c.fa2_version.restype = [], ctypes.c_uint
-        c.fa2_version_string.argtypes, c.fa2_version_string.restype = [], ctypes.c_char_p
-        c.fa2_build_info.argtypes, c.fa2_build_info.restype = [], ctypes.c_char_p
+        # Libraries built before 0.1.0 was tagged lack the two string functions.
+        for f in ("fa2_version_string", "fa2_build_info"):
+            if hasattr(c, f):
+                getattr(c, f).argtypes, getattr(c, f).restype = [], ctypes.c_char_p
         c.fa2_status_string.argtypes, c.fa2_status_string.restype = [ctypes.c_int], ctypes.c_char_p
         c.fa2_last_error.argtypes, c.fa2_last_error.restype = [], ctypes.c_char_p
         c.fa2_device_info_query.argtypes = [ctypes.c_int, ctypes.POINTER(DeviceInfo)]
@@ -327,10 +329,15 @@ class Library:
 
     def version_string(self):
         """fa2_version_string(): "MAJOR.MINOR.PATCH"."""
+        if not hasattr(self.cdll, "fa2_version_string"):
+            v = self.version()
+            return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
         return self.cdll.fa2_version_string().decode()
 
     def build_info(self):
         """fa2_build_info(): version, CUDA runtime and GPU code of the library."""
+        if not hasattr(self.cdll, "fa2_build_info"):
+            return f"libfa2 {self.version_string()} (no fa2_build_info)"
         return self.cdll.fa2_build_info().decode()
 
     def status_string(self, status):

@@ -159,7 +159,7 @@ fi
         grep -E '^[0-9]+ shapes, ' "$OUT/ab-noise.log" | sed 's/^/        /'
     fi
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
-        grep -hE '^sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed 's/^/sanit:  /'
+        grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'
     fi
     echo "total:  $(( $(date +%s) - started )) s"
     if [ ${#failed[@]} -eq 0 ]; then

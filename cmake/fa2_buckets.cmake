@@ -28,3 +28,8 @@ if(NOT FA2_HEAD_DIM_BUCKETS STREQUAL fa2_bwd_buckets)
   message(FATAL_ERROR "kernels/sm80/fwd_tiles.h buckets (${FA2_HEAD_DIM_BUCKETS}) differ "
                       "from kernels/sm80/bwd_tiles.h (${fa2_bwd_buckets})")
 endif()
+# Buckets with a compact (99 KiB) mma.sync tile, forward and backward.
+fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm80/fwd_tiles.h FA2_TILE_COMPACT_D
+                 FA2_COMPACT_HEAD_DIMS)
+fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm80/bwd_tiles.h FA2_BWD_TILE_COMPACT_D
+                 FA2_COMPACT_BWD_HEAD_DIMS)

@@ -25,16 +25,19 @@ static cudaError_t dispatch(const fa2_params_t *p, cudaStream_t s, bool &queued)
         }
     }
 #endif
-    switch (p->head_dim_bucket) {
-#define FA2_BWD_CASE(d, bn, bm, w, sl, qbm, qbn, qw)                              \
-    case d:                                                                       \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::bwd_run<__nv_bfloat16, d>(*p, s, queued)     \
-                              : fa2::bwd_run<__half, d>(*p, s, queued);
-        FA2_BWD_TILES(FA2_BWD_CASE)
+    // The mma.sync kernels: the table row whose tiles are the plan's.
+#define FA2_BWD_CASE(compact, d, bn, bm)                                                       \
+    if (p->head_dim_bucket == d && p->block_n == bn && p->block_m == bm)                       \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::bwd_run<__nv_bfloat16, d, compact>(*p, s, queued) \
+                                          : fa2::bwd_run<__half, d, compact>(*p, s, queued);
+#define FA2_BWD_MAIN_CASE(d, bn, bm, w, sl, qbm, qbn, qw) FA2_BWD_CASE(0, d, bn, bm)
+#define FA2_BWD_COMPACT_CASE(d, bn, bm, w, sl, qbm, qbn, qw) FA2_BWD_CASE(1, d, bn, bm)
+    FA2_BWD_TILES(FA2_BWD_MAIN_CASE)
+    FA2_BWD_COMPACT_TILES(FA2_BWD_COMPACT_CASE)
+#undef FA2_BWD_COMPACT_CASE
+#undef FA2_BWD_MAIN_CASE
 #undef FA2_BWD_CASE
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return cudaErrorInvalidValue;
 }
 
 extern "C" int fa2_bwd_launch(const fa2_params_t *p, void *stream, int *outputs_queued)

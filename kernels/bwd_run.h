@@ -11,8 +11,9 @@
 namespace fa2 {
 
 // outputs_queued becomes true once a kernel that writes dQ, dK or dV is queued: a
-// failure after that point can have written them.
-template <typename Elem, int kHeadDim>
+// failure after that point can have written them. kCompact: 0 runs the bucket's main
+// mma.sync tiles, 1 its compact tiles (sm80/bwd_tiles.h).
+template <typename Elem, int kHeadDim, int kCompact>
 cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued);
 
 template <typename Elem, int kHeadDim>

@@ -24,14 +24,17 @@ extern "C" int fa2_fwd_launch(const fa2_params_t *p, void *stream)
         }
     }
 #endif
-    switch (p->head_dim_bucket) {
-#define FA2_FWD_CASE(d, m, n, w)                                             \
-    case d:                                                                  \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_run<__nv_bfloat16, d>(*p, s)           \
-                          : fa2::fwd_run<__half, d>(*p, s);
-        FA2_FWD_TILES(FA2_FWD_CASE)
+    // The mma.sync kernels: the table row whose tile is the plan's.
+#define FA2_FWD_CASE(compact, d, m, n)                                                   \
+    if (p->head_dim_bucket == d && p->block_m == m && p->block_n == n)                   \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_run<__nv_bfloat16, d, compact>(*p, s) \
+                                          : fa2::fwd_run<__half, d, compact>(*p, s);
+#define FA2_FWD_MAIN_CASE(d, m, n, w) FA2_FWD_CASE(0, d, m, n)
+#define FA2_FWD_COMPACT_CASE(d, m, n, w) FA2_FWD_CASE(1, d, m, n)
+    FA2_FWD_TILES(FA2_FWD_MAIN_CASE)
+    FA2_FWD_COMPACT_TILES(FA2_FWD_COMPACT_CASE)
+#undef FA2_FWD_COMPACT_CASE
+#undef FA2_FWD_MAIN_CASE
 #undef FA2_FWD_CASE
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return cudaErrorInvalidValue;
 }

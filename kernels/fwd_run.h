@@ -10,7 +10,8 @@
 
 namespace fa2 {
 
-template <typename Elem, int kHeadDim>
+// kCompact: 0 runs the bucket's main mma.sync tile, 1 its compact tile (sm80/fwd_tiles.h).
+template <typename Elem, int kHeadDim, int kCompact>
 cudaError_t fwd_run(const fa2_params_t &p, cudaStream_t stream);
 
 template <typename Elem, int kHeadDim>

@@ -136,6 +136,8 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
     p.d_sum = (float *)workspace;
     p.dq_accum = ws.accum_offset ? (float *)((char *)workspace + ws.accum_offset) : NULL;
     p.kernel_family = plan->bwd_arch;
+    p.block_m = plan->bwd_block_m;
+    p.block_n = plan->bwd_block_n;
 
     e = fa2_bwd_launch(&p, stream, &outputs_queued);
     if (e != 0)

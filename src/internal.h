@@ -64,9 +64,14 @@ int fa2_head_dim_bucket(int64_t head_dim);
 /* The compiled mma.sync tile of `bucket`; 0 and *tile untouched when there is none. */
 int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile);
 
+/* The bucket's compact mma.sync tile (for 99 KiB devices); 0 and *tile untouched when
+ * it has none. */
+int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile);
+
 /* The tile the forward runs for `bucket` on `device`: the Hopper kernel's when the
- * device is sm_90 and the library has sm_90a code for the bucket, else
- * fa2_fwd_tile's. 0 and *tile untouched when there is none. */
+ * device is sm_90 and the library has sm_90a code for the bucket, else fa2_fwd_tile's,
+ * or the compact tile where that does not fit the device's shared memory and the
+ * bucket has one. 0 and *tile untouched when the bucket has no kernel. */
 int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
                             fa2_fwd_tile_t *tile);
 

@@ -71,32 +71,32 @@ int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket)
 static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *device,
                           int64_t bucket, fa2_plan_t *out)
 {
-    const int64_t cols = fa2_fwd_smem_cols(bucket);
-    int64_t dkdv = 0, ds = 0, dq = 0, grid, row_grid, slices = 1;
+    int64_t grid, row_grid, slices = 1;
     fa2_bwd_workspace_t ws;
     int atomics;
-#define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw)                 \
-    if (bucket == d) {                                              \
-        out->bwd_block_n = bn;                                      \
-        out->bwd_block_m = bm;                                      \
-        out->bwd_dq_block_m = qbm;                                  \
-        out->bwd_dq_block_n = qbn;                                  \
-        slices = sl;                                                \
-        dkdv = fa2_bwd_dkdv_smem_bytes(cols, bn, bm);               \
-        ds = fa2_bwd_ds_smem_bytes(bn, bm);                         \
-        dq = fa2_bwd_dq_smem_bytes(cols, qbm, qbn);                 \
+    /* The bucket's main mma.sync tiles, or its compact ones where the main ones do not
+     * fit the device in this mode. Every bucket fa2_plan accepts has a main row.
+     * Default mode: the dK/dV kernel also adds dQ with atomics (dS through shared
+     * memory, an fp32 dQ accumulator in the workspace); deterministic mode: a dQ
+     * kernel of its own instead. */
+#define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw)                                   \
+    if (bucket == d) {                                                                \
+        const int64_t cols = fa2_fwd_smem_cols(d);                                    \
+        const int64_t dkdv = fa2_bwd_dkdv_smem_bytes(cols, bn, bm);                   \
+        const int64_t other = pr->deterministic ? fa2_bwd_dq_smem_bytes(cols, qbm, qbn) \
+                                                : dkdv + fa2_bwd_ds_smem_bytes(bn, bm);  \
+        out->bwd_block_n = bn;                                                        \
+        out->bwd_block_m = bm;                                                        \
+        out->bwd_dq_block_m = qbm;                                                    \
+        out->bwd_dq_block_n = qbn;                                                    \
+        out->bwd_smem_bytes = dkdv > other ? dkdv : other;                            \
+        slices = sl;                                                                  \
     }
     FA2_BWD_TILES(FA2_BWD_ROW)
+    if (out->bwd_smem_bytes > device->smem_per_block_optin) {
+        FA2_BWD_COMPACT_TILES(FA2_BWD_ROW)
+    }
 #undef FA2_BWD_ROW
-    /* Every bucket fa2_plan accepts has backward tiles (one table row each). Default
-     * mode: the dK/dV kernel also adds dQ with atomics (dS through shared memory, an
-     * fp32 dQ accumulator in the workspace); deterministic mode: a dQ kernel of its
-     * own instead. */
-    if (pr->deterministic)
-        ds = 0;
-    else
-        dq = 0;
-    out->bwd_smem_bytes = dkdv + ds > dq ? dkdv + ds : dq;
     out->bwd_arch = 80;
 #if defined(FA2_WITH_SM90A)
     /* sm_90: the Hopper kernels where they have a row, both modes: dQ by atomics in

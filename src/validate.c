@@ -19,8 +19,8 @@ int fa2_head_dim_bucket(int64_t head_dim)
     return best;
 }
 
-int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile)
-{
+/* One row of the mma.sync tile tables, as a fa2_fwd_tile_t (in the two functions
+ * below). */
 #define FA2_X(b, bm, bn, w)                                               \
     if (bucket == (b)) {                                                  \
         tile->head_dim_bucket = (b);                                      \
@@ -31,10 +31,19 @@ int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile)
         tile->smem_bytes = fa2_fwd_smem_bytes((b), (bm), (bn));           \
         return 1;                                                         \
     }
+
+int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile)
+{
     FA2_FWD_TILES(FA2_X)
-#undef FA2_X
     return 0;
 }
+
+int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile)
+{
+    FA2_FWD_COMPACT_TILES(FA2_X)
+    return 0;
+}
+#undef FA2_X
 
 int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
                             fa2_fwd_tile_t *tile)
@@ -55,7 +64,11 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
 #undef FA2_X
     }
 #endif
-    return fa2_fwd_tile(bucket, tile);
+    if (!fa2_fwd_tile(bucket, tile))
+        return 0;
+    if (tile->smem_bytes > device->smem_per_block_optin)
+        fa2_fwd_compact_tile(bucket, tile); /* where the main tile does not fit */
+    return 1;
 }
 
 static fa2_status_t check_range(const char *name, int64_t value, int64_t lo, int64_t hi)

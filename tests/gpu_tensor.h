@@ -97,4 +97,14 @@ void describe_problem(long index, const fa2_problem_t *p, layout_t layout);
  * (FA2_TEST_CASE, else left as it is), prints the device and seed lines and returns 0. */
 int gpu_test_setup(const char *what, fa2_device_info_t *info, uint64_t *seed, long *only);
 
+/* A device with 99 KiB of shared memory per block (sm_89, 101376 bytes opt-in, as on
+ * RTX 30xx/40xx/50xx) and `real`'s SM count: plans made for it choose the compact
+ * mma.sync tiles where the main ones do not fit, and run on any sm_80+ GPU with at
+ * least that much shared memory (the H200 here). */
+fa2_device_info_t consumer_device_info(const fa2_device_info_t *real);
+
+/* The head dims the 99 KiB tests sweep: every bucket and the dims between the three
+ * largest (160, 224), so every compact tile runs. */
+#define CONSUMER_DIMS {32, 64, 96, 128, 160, 192, 224, 256}
+
 #endif

@@ -227,17 +227,18 @@ static void test_backward_unsupported(void **state)
     a.plan = &tight;
     EXPECT_BWD(a, FA2_ERROR_SHARED_MEMORY, "shared memory", 1);
 
-    /* a 99 KiB consumer GPU (sm_89) at d = 128: the default backward does not fit, the
-     * deterministic one does, and the message says so */
-    fa2_device_info_t rtx = {sizeof(fa2_device_info_t), 8, 9, 128, 0, 101376, 102400};
+    /* a device (sm_89) whose shared memory holds the deterministic backward's tiles at
+     * d = 128 (66048 bytes, compact) but not the default mode's (70144): the message
+     * says deterministic mode fits */
+    fa2_device_info_t tight_rtx = {sizeof(fa2_device_info_t), 8, 9, 128, 0, 68000, 102400};
     fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 4, 5, 2, 1, 128);
     fa2_plan_t consumer;
-    assert_int_equal(fa2_plan(&p, &rtx, &consumer), FA2_SUCCESS);
+    assert_int_equal(fa2_plan(&p, &tight_rtx, &consumer), FA2_SUCCESS);
     assert_int_equal(consumer.bwd_supported, 0);
     a.plan = &consumer;
     EXPECT_BWD(a, FA2_ERROR_SHARED_MEMORY, "with deterministic = 1 the backward fits", 1);
     p.deterministic = 1;
-    assert_int_equal(fa2_plan(&p, &rtx, &consumer), FA2_SUCCESS);
+    assert_int_equal(fa2_plan(&p, &tight_rtx, &consumer), FA2_SUCCESS);
     assert_int_equal(consumer.bwd_supported, 1);
 }
 

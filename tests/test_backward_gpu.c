@@ -163,20 +163,22 @@ static fa2_problem_t problem_of(const bwd_case_t *c)
     return p;
 }
 
-/* Runs one case; prints its line (and details on failure); returns 1 on pass. */
-static int run_case(long index, const bwd_case_t *c)
+/* Runs one case, planned for `device`; prints its line (and details on failure);
+ * returns 1 on pass. */
+static int run_case(long index, const bwd_case_t *c, const fa2_device_info_t *device)
 {
     fa2_problem_t p = problem_of(c);
     describe(index, c, &p);
     fflush(stdout);
 
     fa2_plan_t plan;
-    const fa2_status_t st = fa2_plan(&p, &g_info, &plan);
+    const fa2_status_t st = fa2_plan(&p, device, &plan);
     if (st != FA2_SUCCESS || !plan.bwd_supported) {
         printf(" : fa2_plan: %s (%s), bwd_supported=%d FAIL\n", fa2_status_string(st),
                fa2_last_error(), st == FA2_SUCCESS ? plan.bwd_supported : -1);
         return 0;
     }
+    printf(" [sm%d %dx%d]", (int)plan.bwd_arch, (int)plan.bwd_block_n, (int)plan.bwd_block_m);
 
     oracle_rng_t rng = case_rng(g_seed, index);
     const int64_t d = p.head_dim;
@@ -357,11 +359,35 @@ static void test_backward_matches_oracle(void **state)
                                       causal ? 160 : 97, causal ? 4 : 3, causal ? 2 : 3,
                                       sweep_dims[di], causal, -1, -1, 0, BSHD, det};
                 if (g_only < 0 || g_only == index)
-                    failed += !run_case(index, &c), ++run;
+                    failed += !run_case(index, &c, &g_info), ++run;
             }
     for (size_t t = 0; t < sizeof fixed_cases / sizeof fixed_cases[0]; ++t, ++index)
         if (g_only < 0 || g_only == index)
-            failed += !run_case(index, &fixed_cases[t]), ++run;
+            failed += !run_case(index, &fixed_cases[t], &g_info), ++run;
+    printf("%ld of %ld cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* Plans made for a 99 KiB device (sm_89) at every bucket, both modes, run here: the
+ * compact tiles where the main ones do not fit (default mode at d = 128 ... 192), the
+ * main tiles elsewhere. */
+static void test_backward_99k_device(void **state)
+{
+    (void)state;
+    const fa2_device_info_t consumer = consumer_device_info(&g_info);
+    const int64_t dims[] = CONSUMER_DIMS;
+    long index = 1000, failed = 0, run = 0;
+    printf("planned for sm_89 with 101376 bytes of shared memory per block:\n");
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+        for (int dt = 0; dt < 2; ++dt)
+            for (int det = 0; det < 2; ++det, ++index) {
+                const int causal = (int)((di + (size_t)dt) % 2);
+                const bwd_case_t c = {dt ? BF16 : FP16, 2, causal ? 200 : 130,
+                                      causal ? 260 : 97, 4, 2, dims[di], causal, -1, -1, 0,
+                                      BSHD, det};
+                if (g_only < 0 || g_only == index)
+                    failed += !run_case(index, &c, &consumer), ++run;
+            }
     printf("%ld of %ld cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
     assert_int_equal(failed, 0);
 }
@@ -592,6 +618,7 @@ int main(void)
            FLOOR_FP16, FLOOR_BF16);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backward_matches_oracle),
+        cmocka_unit_test(test_backward_99k_device),
         cmocka_unit_test(test_backward_deterministic),
         cmocka_unit_test(test_backward_bad_arguments),
     };

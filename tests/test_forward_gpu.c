@@ -94,7 +94,9 @@ static void show_mismatches(const gpu_case_t *c, const double *got, const double
 }
 
 /* Runs one case; prints its line (and details on failure); returns 1 on pass. */
-static int run_case(long index, const gpu_case_t *c)
+/* Runs one case, planned for `device`; prints its line (and details on failure);
+ * returns 1 on pass. */
+static int run_case(long index, const gpu_case_t *c, const fa2_device_info_t *device)
 {
     fa2_problem_t p;
     fa2_problem_init(&p, c->dtype, c->batch, c->seqlen_q, c->seqlen_k, c->heads_q,
@@ -108,11 +110,12 @@ static int run_case(long index, const gpu_case_t *c)
     fflush(stdout);
 
     fa2_plan_t plan;
-    const fa2_status_t st = fa2_plan(&p, &g_info, &plan);
+    const fa2_status_t st = fa2_plan(&p, device, &plan);
     if (st != FA2_SUCCESS) {
         printf(" : fa2_plan: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
         return 0;
     }
+    printf(" [sm%d %dx%d]", (int)plan.fwd_arch, (int)plan.block_m, (int)plan.block_n);
 
     oracle_rng_t rng = case_rng(g_seed, index);
     const float amp = c->amplitude > 0 ? c->amplitude : 1.0f;
@@ -339,11 +342,32 @@ static void test_forward_matches_oracle(void **state)
                                       causal ? 160 : 97, 3, 3, sweep_dims[di], causal, -1, -1,
                                       0, BSHD, 0, 0};
                 if (g_only < 0 || g_only == index)
-                    failed += !run_case(index, &c), ++run;
+                    failed += !run_case(index, &c, &g_info), ++run;
             }
     for (size_t t = 0; t < sizeof fixed_cases / sizeof fixed_cases[0]; ++t, ++index)
         if (g_only < 0 || g_only == index)
-            failed += !run_case(index, &fixed_cases[t]), ++run;
+            failed += !run_case(index, &fixed_cases[t], &g_info), ++run;
+    printf("%ld of %ld cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* Plans made for a 99 KiB device (sm_89) at every bucket, run here: the compact tile
+ * where the main one does not fit (d > 192), the main tile elsewhere. */
+static void test_forward_99k_device(void **state)
+{
+    (void)state;
+    const fa2_device_info_t consumer = consumer_device_info(&g_info);
+    const int64_t dims[] = CONSUMER_DIMS;
+    long index = 1000, failed = 0, run = 0;
+    printf("planned for sm_89 with 101376 bytes of shared memory per block:\n");
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+        for (int dt = 0; dt < 2; ++dt, ++index) {
+            const int causal = (int)((di + (size_t)dt) % 2);
+            const gpu_case_t c = {dt ? BF16 : FP16, 2, causal ? 200 : 130, causal ? 260 : 97,
+                                  4, 2, dims[di], causal, -1, -1, 0, BSHD, 0, 0};
+            if (g_only < 0 || g_only == index)
+                failed += !run_case(index, &c, &consumer), ++run;
+        }
     printf("%ld of %ld cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
     assert_int_equal(failed, 0);
 }
@@ -433,6 +457,7 @@ int main(void)
            "holes of strided inputs hold NaN; outputs poisoned with NaN\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_matches_oracle),
+        cmocka_unit_test(test_forward_99k_device),
         cmocka_unit_test(test_forward_deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

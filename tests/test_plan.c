@@ -96,6 +96,23 @@ static const bwd_tile_t bwd_sm90_tiles[] = {
 };
 #define NBWD90 (sizeof bwd_sm90_tiles / sizeof bwd_sm90_tiles[0])
 
+/* The compact tiles (99 KiB devices), forward and backward: used where the bucket's
+ * main tile does not fit the device (the backward's: in the plan's mode). */
+static const tile_t compact_tiles[] = {
+#define X(b, bm, bn, w) {b, bm, bn, w, 80, ((bm) + 3 * (bn)) * (((b) + 63) / 64 * 64) * 2},
+    FA2_FWD_COMPACT_TILES(X)
+#undef X
+};
+#define NCOMPACT (sizeof compact_tiles / sizeof compact_tiles[0])
+
+static const bwd_tile_t bwd_compact_tiles[] = {
+#define X(b, bn, bm, w, sl, qbm, qbn, qw) \
+    {b, bn, bm, qbm, qbn, 80, DKDV_SMEM(b, bn, bm), DS_SMEM(bn, bm), DQ_SMEM(b, qbm, qbn)},
+    FA2_BWD_COMPACT_TILES(X)
+#undef X
+};
+#define NBWDCOMPACT (sizeof bwd_compact_tiles / sizeof bwd_compact_tiles[0])
+
 static const int64_t buckets[] = {32, 64, 96, 128, 192, 256};
 
 static fa2_device_info_t device(int64_t optin)
@@ -147,7 +164,12 @@ static const tile_t *tile_for(int64_t bucket, const fa2_device_info_t *d)
 #else
     (void)d;
 #endif
-    return tile_of(bucket);
+    const tile_t *t = tile_of(bucket);
+    if (t && t->smem > d->smem_per_block_optin)
+        for (size_t i = 0; i < NCOMPACT; i++)
+            if (compact_tiles[i].bucket == bucket)
+                return &compact_tiles[i];
+    return t;
 }
 
 static const bwd_tile_t *bwd_tile_of(int64_t bucket)
@@ -158,10 +180,13 @@ static const bwd_tile_t *bwd_tile_of(int64_t bucket)
     return NULL;
 }
 
+static int64_t bwd_smem_of(const bwd_tile_t *t, int deterministic);
+
 /* The backward tiles fa2_plan must pick for `bucket` on device `d` in the given mode:
  * the Hopper row on sm_90 when the library has sm_90a code and the table has the
  * bucket (with the Hopper dQ kernel's tiles in deterministic mode and for split rows),
- * else the mma.sync row. 0 if no row at all. */
+ * else the mma.sync row, or its compact row where the main one does not fit. 0 if no
+ * row at all. */
 static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int deterministic,
                         bwd_tile_t *out)
 {
@@ -169,6 +194,10 @@ static int bwd_tile_for(int64_t bucket, const fa2_device_info_t *d, int determin
     if (!t)
         return 0;
     *out = *t;
+    if (bwd_smem_of(out, deterministic) > d->smem_per_block_optin)
+        for (size_t i = 0; i < NBWDCOMPACT; i++)
+            if (bwd_compact_tiles[i].bucket == bucket)
+                *out = bwd_compact_tiles[i];
 #if defined(FA2_WITH_SM90A)
     if (d->cc_major == 9 && d->cc_minor == 0)
         for (size_t i = 0; i < NBWD90; i++)
@@ -403,6 +432,52 @@ static void test_properties_sweep(void **state)
             assert_true(bwd_smem_of(&bt, det) <= 227 * 1024);
         }
     }
+}
+
+/* A 99 KiB device (sm_89, 101376 bytes opt-in: RTX 30xx/40xx/50xx): every head dim
+ * plans forward and backward in both modes; the compact tiles run where the main ones
+ * do not fit (forward d > 192, default-mode backward d 97 ... 192), the main ones
+ * elsewhere. */
+static void test_99k_every_head_dim(void **state)
+{
+    fa2_device_info_t d = device80(101376);
+    int compact_fwd = 0, compact_bwd = 0;
+    (void)state;
+    d.cc_minor = 9;
+    for (size_t i = 0; i < NCOMPACT; i++) {
+        const tile_t *c = &compact_tiles[i], *t = tile_of(c->bucket);
+        assert_non_null(t);
+        assert_true(c->smem < t->smem && c->smem <= 101376);
+        assert_true(c->br % (16 * c->warps) == 0 && c->bc % 16 == 0);
+        assert_int_equal(c->smem, fa2_fwd_smem_bytes(c->bucket, c->br, c->bc));
+    }
+    for (size_t i = 0; i < NBWDCOMPACT; i++) {
+        const bwd_tile_t *c = &bwd_compact_tiles[i], *t = bwd_tile_of(c->bucket);
+        assert_non_null(t);
+        for (int det = 0; det < 2; det++)
+            assert_true(bwd_smem_of(c, det) <= 101376);
+        assert_true(bwd_smem_of(c, 0) < bwd_smem_of(t, 0));
+    }
+    for (int64_t hd = 8; hd <= 256; hd += 8)
+        for (int det = 0; det < 2; det++) {
+            fa2_problem_t p;
+            fa2_plan_t pl;
+            bwd_tile_t bt;
+            fa2_problem_init(&p, FA2_DTYPE_BF16, 2, 1000, 1000, 8, 2, hd);
+            p.deterministic = det;
+            assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+            check_plan(&p, &d, &pl);
+            assert_int_equal(pl.bwd_supported, 1);
+            assert_int_equal(pl.fwd_arch, 80);
+            assert_int_equal(pl.bwd_arch, 80);
+            compact_fwd += pl.block_m != tile_of(pl.head_dim_bucket)->br;
+            assert_true(bwd_tile_for(pl.head_dim_bucket, &d, det, &bt));
+            compact_bwd += pl.bwd_block_n != bwd_tile_of(pl.head_dim_bucket)->block_n ||
+                           pl.bwd_block_m != bwd_tile_of(pl.head_dim_bucket)->block_m;
+        }
+    /* d 200 ... 256 forward (8 dims, 2 modes); default-mode backward 104 ... 192 (12). */
+    assert_int_equal(compact_fwd, 16);
+    assert_int_equal(compact_bwd, 12);
 }
 
 /* The H200 (cc 9.0, 132 SMs, 232448 bytes opt-in) gets a plan for every bucket and
@@ -656,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_tile_table),
         cmocka_unit_test(test_properties_sweep),
         cmocka_unit_test(test_h200_every_bucket),
+        cmocka_unit_test(test_99k_every_head_dim),
         cmocka_unit_test(test_h200_worked_example),
         cmocka_unit_test(test_kernel_family),
         cmocka_unit_test(test_rules),

@@ -536,33 +536,46 @@ static void test_device_compute_capability(void **state)
     EXPECT_OK(&p, &d);
 }
 
-/* The compiled tile of head_dim 256 on a device with 99 KiB per block (sm_86/89). */
+/* head_dim 256 on devices with less shared memory (sm_86/89 class): the main tile where
+ * it fits, the compact tile where only that fits, refused below the compact tile. */
 static void test_device_shared_memory(void **state)
 {
     fa2_problem_t p;
     fa2_device_info_t d = h200();
+    fa2_plan_t plan;
     char needs[64], has[64];
-    int64_t bytes = 0;
+    int64_t main_bytes = 0, compact_bytes = 0;
     (void)state;
 #define X(b, bm, bn, w)                                                                \
     if ((b) == 256)                                                                    \
-        bytes = fa2_fwd_smem_bytes(b, bm, bn);
+        main_bytes = fa2_fwd_smem_bytes(b, bm, bn);
     FA2_FWD_TILES(X)
 #undef X
-    assert_true(bytes > 0);
+#define X(b, bm, bn, w)                                                                \
+    if ((b) == 256)                                                                    \
+        compact_bytes = fa2_fwd_smem_bytes(b, bm, bn);
+    FA2_FWD_COMPACT_TILES(X)
+#undef X
+    assert_true(compact_bytes > 0 && compact_bytes < main_bytes);
     fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 128, 128, 1, 1, 256);
     d.cc_major = 8;
     d.cc_minor = 6;
-    d.smem_per_block_optin = bytes - 1;
-    snprintf(needs, sizeof needs, "needs %lld bytes", (long long)bytes);
-    snprintf(has, sizeof has, "device has %lld", (long long)(bytes - 1));
+    d.smem_per_block_optin = main_bytes; /* exactly enough for the main tile */
+    assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.smem_bytes, main_bytes);
+    d.smem_per_block_optin = main_bytes - 1; /* the compact tile */
+    assert_int_equal(fa2_plan(&p, &d, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.smem_bytes, compact_bytes);
+    d.smem_per_block_optin = compact_bytes; /* exactly enough for it */
+    EXPECT_OK(&p, &d);
+    d.smem_per_block_optin = compact_bytes - 1;
+    snprintf(needs, sizeof needs, "needs %lld bytes", (long long)compact_bytes);
+    snprintf(has, sizeof has, "device has %lld", (long long)(compact_bytes - 1));
     EXPECT_FAIL(&p, &d, FA2_ERROR_SHARED_MEMORY, needs, has);
     d.smem_per_block_optin = 0;
     EXPECT_FAIL(&p, &d, FA2_ERROR_SHARED_MEMORY, needs, "device has 0");
     d.smem_per_block_optin = -1;
     EXPECT_FAIL(&p, &d, FA2_ERROR_SHARED_MEMORY, needs, "device has -1");
-    d.smem_per_block_optin = bytes; /* exactly enough */
-    EXPECT_OK(&p, &d);
 }
 
 /* ---- fa2_forward's checks (return before any CUDA call) -------------------------------- */

@@ -34,6 +34,10 @@ typedef struct fa2_params_t {
     int32_t dtype;           /* fa2_dtype_t: FA2_DTYPE_FP16 or FA2_DTYPE_BF16 */
     int32_t kernel_family;   /* the plan's choice for this direction: 90 = Hopper wgmma
                                 kernels, 80 = mma.sync (fwd_arch or bwd_arch) */
+    int32_t block_m;         /* the plan's tile for this direction, which picks the
+                                compiled mma.sync kernel: block_m x block_n (forward),
+                                bwd_block_m x bwd_block_n (backward) */
+    int32_t block_n;
     int32_t window_left;     /* -1 = unbounded; causal already folded into window_right */
     int32_t window_right;    /* -1 = unbounded */
     float softmax_scale;     /* scale applied to Q K^T (natural log units) */

@@ -45,6 +45,15 @@
     FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D192)      \
     FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D256)
 
+/* Compact tiles for 99 KiB devices (see fwd_tiles.h), for the buckets whose main tiles
+ * need more in default (atomic-dQ) mode. Same columns as above. */
+#define FA2_BWD_TILE_COMPACT_D128 (128, 64, 32, 4, 1, 64, 32, 4)
+#define FA2_BWD_TILE_COMPACT_D192 (192, 64, 16, 4, 3, 64, 32, 4)
+
+#define FA2_BWD_COMPACT_TILES(X)                          \
+    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_COMPACT_D128)      \
+    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_COMPACT_D192)
+
 /* Shared memory of the dK/dV kernel: K and V (block_n rows), Q and dO double
  * buffered (block_m rows), LSE and D double buffered (block_m floats). */
 static inline int64_t fa2_bwd_dkdv_smem_bytes(int64_t smem_cols, int64_t block_n,

@@ -1,31 +1,37 @@
-// Compile-time shape of the backward kernels for one (element type, head dim).
+// Compile-time shape of the backward kernels for one (element type, head dim, tile).
 #pragma once
 
 #include "sm80/bwd_tiles.h"
 
 namespace fa2 {
 
-template <int kHeadDim>
+// BwdTile<d, 0>: the bucket's main tiles; BwdTile<d, 1>: its compact tiles.
+template <int kHeadDim, int kCompact>
 struct BwdTile;
 
-#define FA2_BWD_TILE_SPEC(d, bn, bm, w, sl, qbm, qbn, qw) \
-    template <>                                           \
-    struct BwdTile<d> {                                   \
-        static constexpr int kBlockN = bn;                \
-        static constexpr int kBlockM = bm;                \
-        static constexpr int kWarps = w;                  \
-        static constexpr int kSlices = sl;                \
-        static constexpr int kDqBlockM = qbm;             \
-        static constexpr int kDqBlockN = qbn;             \
-        static constexpr int kDqWarps = qw;               \
+#define FA2_BWD_TILE_SPEC(compact, d, bn, bm, w, sl, qbm, qbn, qw) \
+    template <>                                                    \
+    struct BwdTile<d, compact> {                                   \
+        static constexpr int kBlockN = bn;                         \
+        static constexpr int kBlockM = bm;                         \
+        static constexpr int kWarps = w;                           \
+        static constexpr int kSlices = sl;                         \
+        static constexpr int kDqBlockM = qbm;                      \
+        static constexpr int kDqBlockN = qbn;                      \
+        static constexpr int kDqWarps = qw;                        \
     };
-FA2_BWD_TILES(FA2_BWD_TILE_SPEC)
+#define FA2_BWD_MAIN_SPEC(...) FA2_BWD_TILE_SPEC(0, __VA_ARGS__)
+#define FA2_BWD_COMPACT_SPEC(...) FA2_BWD_TILE_SPEC(1, __VA_ARGS__)
+FA2_BWD_TILES(FA2_BWD_MAIN_SPEC)
+FA2_BWD_COMPACT_TILES(FA2_BWD_COMPACT_SPEC)
+#undef FA2_BWD_COMPACT_SPEC
+#undef FA2_BWD_MAIN_SPEC
 #undef FA2_BWD_TILE_SPEC
 
-template <typename Elem_, int kHeadDim_>
+template <typename Elem_, int kHeadDim_, int kCompact = 0>
 struct BwdTraits {
     using Elem = Elem_;
-    using Tile = BwdTile<kHeadDim_>;
+    using Tile = BwdTile<kHeadDim_, kCompact>;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kSmemCols = (kHeadDim + 63) / 64 * 64;
     static constexpr int kRowBytes = kSmemCols * 2;

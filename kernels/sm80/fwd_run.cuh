@@ -9,10 +9,10 @@
 
 namespace fa2 {
 
-template <typename Elem, int kHeadDim>
+template <typename Elem, int kHeadDim, int kCompact>
 cudaError_t fwd_run(const fa2_params_t &p, cudaStream_t stream)
 {
-    using Tr = FwdTraits<Elem, kHeadDim>;
+    using Tr = FwdTraits<Elem, kHeadDim, kCompact>;
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 

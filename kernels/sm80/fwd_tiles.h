@@ -42,6 +42,15 @@
     FA2_APPLY_TILE(X, FA2_TILE_D192)     \
     FA2_APPLY_TILE(X, FA2_TILE_D256)
 
+/* Compact tiles: a second, smaller tile for the buckets whose main tile needs more than
+ * 99 KiB of shared memory per block (RTX 30xx/40xx/50xx and other consumer GPUs allow
+ * 101376 bytes). The planner runs the main tile where it fits and the compact one
+ * where only that fits; the kernel is the same template. Same columns as above. */
+#define FA2_TILE_COMPACT_D256 (256, 64, 32, 4)
+
+/* X(head_dim_bucket, block_m, block_n, warps) for every compact tile. */
+#define FA2_FWD_COMPACT_TILES(X) FA2_APPLY_TILE(X, FA2_TILE_COMPACT_D256)
+
 /* Shared-memory row length in elements: the head dim rounded up to 64 (128-byte
  * rows), so that one XOR swizzle makes every ldmatrix conflict-free. */
 static inline int64_t fa2_fwd_smem_cols(int64_t head_dim_bucket)

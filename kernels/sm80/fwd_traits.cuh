@@ -6,26 +6,32 @@
 
 namespace fa2 {
 
-template <int kHeadDim>
+// FwdTile<d, 0>: the bucket's main tile; FwdTile<d, 1>: its compact tile.
+template <int kHeadDim, int kCompact>
 struct FwdTile;
 
-#define FA2_FWD_TILE_SPEC(d, m, n, w)              \
+#define FA2_FWD_TILE_SPEC(compact, d, m, n, w)     \
     template <>                                    \
-    struct FwdTile<d> {                            \
+    struct FwdTile<d, compact> {                   \
         static constexpr int kBlockM = m;          \
         static constexpr int kBlockN = n;          \
         static constexpr int kWarps = w;           \
     };
-FA2_FWD_TILES(FA2_FWD_TILE_SPEC)
+#define FA2_FWD_MAIN_SPEC(d, m, n, w) FA2_FWD_TILE_SPEC(0, d, m, n, w)
+#define FA2_FWD_COMPACT_SPEC(d, m, n, w) FA2_FWD_TILE_SPEC(1, d, m, n, w)
+FA2_FWD_TILES(FA2_FWD_MAIN_SPEC)
+FA2_FWD_COMPACT_TILES(FA2_FWD_COMPACT_SPEC)
+#undef FA2_FWD_COMPACT_SPEC
+#undef FA2_FWD_MAIN_SPEC
 #undef FA2_FWD_TILE_SPEC
 
-template <typename Elem_, int kHeadDim_>
+template <typename Elem_, int kHeadDim_, int kCompact = 0>
 struct FwdTraits {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kBlockM = FwdTile<kHeadDim>::kBlockM;  // Br
-    static constexpr int kBlockN = FwdTile<kHeadDim>::kBlockN;  // Bc
-    static constexpr int kWarps = FwdTile<kHeadDim>::kWarps;
+    static constexpr int kBlockM = FwdTile<kHeadDim, kCompact>::kBlockM;  // Br
+    static constexpr int kBlockN = FwdTile<kHeadDim, kCompact>::kBlockN;  // Bc
+    static constexpr int kWarps = FwdTile<kHeadDim, kCompact>::kWarps;
     static constexpr int kThreads = 32 * kWarps;
 
     // Each warp owns kRowsPerWarp query rows: kMTiles mma tiles of 16 rows.

@@ -1,0 +1,33 @@
+# Run by ctest after the tests (CTEST_CUSTOM_POST_TEST, written by tests/CMakeLists.txt):
+# ctest lists skipped tests without their output, so this prints each skipped test's
+# "SKIP: ..." line from the run's log. cmake -DLOG=<LastTest.log> -P print_skips.cmake
+cmake_minimum_required(VERSION 3.24)
+# While ctest runs, this run's log is still LastTest.log.tmp (renamed at the end).
+if(EXISTS "${LOG}.tmp")
+  set(LOG "${LOG}.tmp")
+elseif(NOT EXISTS "${LOG}")
+  return()
+endif()
+file(STRINGS "${LOG}" lines REGEX "^[0-9]+/[0-9]+ Testing: |SKIP")
+set(test "")
+set(shown "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^[0-9]+/[0-9]+ Testing: (.+)$")
+    set(test "${CMAKE_MATCH_1}")
+  elseif(line MATCHES "SKIP: (.*)$")
+    set(entry "${CMAKE_MATCH_1}")
+    string(FIND "${entry}" "${test}: " at)
+    if(NOT at EQUAL 0) # some tests name themselves already
+      set(entry "${test}: ${entry}")
+    endif()
+    if(NOT entry IN_LIST shown)
+      list(APPEND shown "${entry}")
+    endif()
+  endif()
+endforeach()
+if(shown)
+  message("Why tests were skipped:")
+  foreach(line IN LISTS shown)
+    message("  ${line}")
+  endforeach()
+endif()

@@ -25,8 +25,8 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/i
 
 lib=$(find "$prefix" -name libfa2.so -print -quit)
 libdir=$(dirname "$lib")
-step "exported symbols of the installed libfa2.so"
-cmake -DLIB="$lib" -P cmake/check_exports.cmake
+step "exported symbols of the installed libfa2.so, global symbols of libfa2.a"
+cmake -DLIB="$lib" -DSTATIC="$libdir/libfa2.a" -P cmake/check_exports.cmake
 readelf -d "$lib" | grep SONAME
 
 # consumer_c twice: fa2::fa2 (shared), then fa2::fa2_static from a C-only project.

@@ -1,5 +1,6 @@
-# Checks that a shared library exports only fa2_* symbols (the FA2_API functions):
-#   cmake -DLIB=path/libfa2.so [-DNM=nm] -P cmake/check_exports.cmake
+# Checks that a shared library exports only fa2_* symbols (the FA2_API functions) and,
+# given STATIC, that the static archive defines exactly the same global symbols:
+#   cmake -DLIB=path/libfa2.so [-DSTATIC=path/libfa2.a] [-DNM=nm] -P cmake/check_exports.cmake
 # Run by ctest as fa2_exports (label cpu) and by .ci/run on the installed library.
 if(NOT LIB)
   message(FATAL_ERROR "usage: cmake -DLIB=libfa2.so [-DNM=nm] -P check_exports.cmake")
@@ -42,3 +43,27 @@ if(n_api EQUAL 0)
 endif()
 list(JOIN api " " shown)
 message(STATUS "${LIB}: ${n_api} exported symbols, all fa2_*: ${shown}")
+
+if(STATIC)
+  execute_process(COMMAND ${NM} -g --defined-only ${STATIC}
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${NM} -g --defined-only ${STATIC} failed (${rc}): ${err}")
+  endif()
+  string(REPLACE "\n" ";" lines "${out}")
+  set(defined "")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^[0-9a-fA-F]+ [A-Za-z] (.+)$")
+      list(APPEND defined "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  list(SORT defined)
+  set(shared_api ${api})
+  list(TRANSFORM shared_api REPLACE "@.*$" "")
+  list(SORT shared_api)
+  if(NOT defined STREQUAL shared_api)
+    list(JOIN defined "\n  " shown)
+    message(FATAL_ERROR "${STATIC} defines other global symbols than ${LIB} exports:\n  ${shown}")
+  endif()
+  message(STATUS "${STATIC}: the same ${n_api} global symbols")
+endif()

@@ -1,12 +1,13 @@
 # Packaging and FFI tests, registered with ctest from the root (no cmocka needed):
-#   fa2_exports        (cpu) libfa2.so exports only fa2_* symbols
+#   fa2_exports        (cpu) libfa2.so exports only fa2_* symbols, libfa2.a defines the same
 #   fa2_python_ffi     (cpu) the ctypes binding's error paths, no GPU needed
 #   fa2_python_gpu     (gpu) the binding vs torch SDPA, forward and gradients; skips
 #                            (exit 77) without torch or a CUDA device
 #   fa2_wgmma_ops_generated (cpu) kernels/sm90/wgmma_ops.cuh is kernels/sm90/gen_wgmma.py's output
 # The Python tests run the system python3 on the build's libfa2.so (FA2_LIBRARY).
 add_test(NAME fa2_exports
-  COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:fa2> -DNM=${CMAKE_NM}
+  COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:fa2> -DSTATIC=$<TARGET_FILE:fa2_static>
+          -DNM=${CMAKE_NM}
           -P ${CMAKE_CURRENT_LIST_DIR}/check_exports.cmake)
 set_tests_properties(fa2_exports PROPERTIES LABELS cpu)
 

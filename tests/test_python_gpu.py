@@ -3,8 +3,8 @@
 torch.nn.functional.scaled_dot_product_attention computed in float32 from the same
 inputs; then hostile inputs: out=, lse and gradient tensors of the wrong dtype, shape,
 device, layout or storage (refused, and left untouched), broadcast (expanded) Q, K, V
-under autograd (against float64 on the materialized tensors), and seqlen_k = 0. One line
-per case:
+under autograd (against float64 on the materialized tensors), seqlen_k = 0, and the
+custom ops under torch.library.opcheck and torch.compile. One line per case:
 
     PASS bf16 b=2 sq=256 sk=256 hq=8 hkv=8 d=64 causal=0 layout=bshd  o 3.1e-03 dq 4.0e-03 dk ... dv ...
     PASS refused: forward out= uint8 (Fa2ShapeError), nothing written
@@ -335,6 +335,52 @@ def no_keys_cases():
     return ok_all, len(cases)
 
 
+def compile_cases():
+    """attention() as torch.library custom ops: torch.library.opcheck on both ops
+    (schema, fake tensors, autograd registration, AOT dispatch), then a training step
+    under torch.compile(fullgraph=True), which fails on any graph break, against the
+    same step run eagerly (deterministic mode: bit-identical expected)."""
+    passed = n = 0
+    dt = torch.bfloat16
+    q, k, v = (torch.randn(2, 128, 4, 64, device="cuda", dtype=dt) for _ in range(3))
+    o, lse = fa2.forward(q, k, v, causal=True, return_lse=True)
+    d_o = torch.randn_like(o)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    ops = fa2._custom_ops()
+    for label, args in (("fwd", (qg, kg, vg, True, -1, -1, None, True)),
+                        ("bwd", (d_o, q, k, v, o, lse, True, -1, -1, None, True))):
+        n += 1
+        try:
+            torch.library.opcheck(getattr(ops, label), args)
+            passed += 1
+            print(f"PASS torch.library.opcheck libfa2::{label}", flush=True)
+        except Exception as e:  # noqa: BLE001 -- opcheck raises many kinds
+            print(f"FAIL torch.library.opcheck libfa2::{label}: {type(e).__name__}: {e}",
+                  flush=True)
+
+    def step(q, k, v, d_o):
+        out = fa2.attention(q, k, v, causal=True, window=(64, -1), deterministic=True)
+        return (out.float() * d_o.float()).sum()
+
+    n += 1
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(step, fullgraph=True)
+        results = []
+        for fn in (step, compiled):
+            qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+            loss = fn(qg, kg, vg, d_o)
+            results.append((loss.detach(),) + torch.autograd.grad(loss, (qg, kg, vg)))
+        same = all(torch.equal(a, b) for a, b in zip(*results))
+        passed += same
+        print(f"{'PASS' if same else 'FAIL'} torch.compile(fullgraph=True) training step: "
+              f"loss and dq, dk, dv {'bit-identical to' if same else 'differ from'} eager",
+              flush=True)
+    except Exception as e:  # noqa: BLE001 -- a graph break or a compile failure
+        print(f"FAIL torch.compile(fullgraph=True): {type(e).__name__}: {e}", flush=True)
+    return passed, n
+
+
 def main():
     torch.manual_seed(0)
     lib = fa2.library()
@@ -372,7 +418,8 @@ def main():
     failed += not ok
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
     total = len(cases) + 1
-    for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases):
+    for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases,
+                  compile_cases):
         passed, n = group()
         failed += n - passed
         total += n

@@ -17,8 +17,9 @@ namespace fa2 {
 
 using DriverSetAttribute = CUresult (*)(CUfunction, CUfunction_attribute, int);
 
-// cuFuncSetAttribute, looked up once (no link to the driver library); NULL if missing.
-inline DriverSetAttribute driver_set_attribute()
+// cuFuncSetAttribute, looked up once per translation unit (no link to the driver
+// library); NULL if missing. Internal linkage: no symbol shared between objects.
+static inline DriverSetAttribute driver_set_attribute()
 {
     static const DriverSetAttribute fn = [] {
         void *p = nullptr;

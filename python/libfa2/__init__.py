@@ -874,40 +874,71 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     return dq, dk, dv
 
 
-_function_class = None
+_ops = None
 
 
-def _attention_function():
-    """Fa2AttentionFunction, built on first use so that importing fa2 needs no torch."""
-    global _function_class
-    if _function_class is not None:
-        return _function_class
+def _custom_ops():
+    """torch.ops.libfa2.fwd / bwd: forward and backward registered as torch.library
+    custom ops (with fake implementations for shapes, and the backward as the forward's
+    autograd formula), so that torch.compile traces attention() without a graph break.
+    Built on first use, so that importing libfa2 needs no torch."""
+    global _ops
+    if _ops is not None:
+        return _ops
     torch = _torch()
+    from typing import Optional, Tuple
 
-    class Fa2AttentionFunction(torch.autograd.Function):
-        """o = attention(q, k, v): the forward saves O and the LSE, the backward calls
-        fa2_backward with a workspace of plan.bwd_workspace_bytes. An input whose
-        strides repeat an address (expanded) gets a full-shape gradient from a
-        contiguous copy, which autograd then sums over the broadcast dims."""
+    with _lock:
+        if _ops is not None:
+            return _ops
 
-        @staticmethod
-        def forward(ctx, q, k, v, causal, window, softmax_scale, deterministic):
-            o, lse = forward(q, k, v, causal=causal, window=window,
-                             softmax_scale=softmax_scale, deterministic=deterministic,
-                             return_lse=True)
+        @torch.library.custom_op("libfa2::fwd", mutates_args=())
+        def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                window_left: int, window_right: int, softmax_scale: Optional[float],
+                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+            return forward(q, k, v, causal=causal, window=(window_left, window_right),
+                           softmax_scale=softmax_scale, deterministic=deterministic,
+                           return_lse=True)
+
+        @fwd.register_fake
+        def _(q, k, v, causal, window_left, window_right, softmax_scale, deterministic):
+            return (q.new_empty(q.shape),
+                    q.new_empty(_lse_shape(q), dtype=torch.float32))
+
+        @torch.library.custom_op("libfa2::bwd", mutates_args=())
+        def bwd(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                o: torch.Tensor, lse: torch.Tensor, causal: bool, window_left: int,
+                window_right: int, softmax_scale: Optional[float],
+                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            return backward(d_o, q, k, v, o, lse, causal=causal,
+                            window=(window_left, window_right),
+                            softmax_scale=softmax_scale, deterministic=deterministic)
+
+        @bwd.register_fake
+        def _(d_o, q, k, v, o, lse, causal, window_left, window_right, softmax_scale,
+              deterministic):
+            # backward() writes each gradient with its input's strides, or dense ones
+            # for an input whose strides repeat an address.
+            return tuple(torch.empty_strided(t.shape, _dense_strides(t.shape) if
+                                             repeats_addresses(t.shape, t.stride())
+                                             else t.stride(), dtype=t.dtype,
+                                             device=t.device) for t in (q, k, v))
+
+        def setup_context(ctx, inputs, output):
+            q, k, v, causal, window_left, window_right, softmax_scale, deterministic = inputs
+            o, lse = output
             ctx.save_for_backward(q, k, v, o, lse)
-            ctx.options = dict(causal=causal, window=window, softmax_scale=softmax_scale,
-                               deterministic=deterministic)
-            return o
+            ctx.mark_non_differentiable(lse)
+            ctx.options = (causal, window_left, window_right, softmax_scale, deterministic)
 
-        @staticmethod
-        def backward(ctx, d_o):
+        def backward_formula(ctx, d_o, d_lse):
             q, k, v, o, lse = ctx.saved_tensors
-            dq, dk, dv = backward(d_o, q, k, v, o, lse, **ctx.options)
-            return dq, dk, dv, None, None, None, None
+            dq, dk, dv = bwd(d_o, q, k, v, o, lse, *ctx.options)
+            return dq, dk, dv, None, None, None, None, None
 
-    _function_class = Fa2AttentionFunction
-    return _function_class
+        fwd.register_autograd(backward_formula, setup_context=setup_context)
+        _ops = torch.ops.libfa2
+    return _ops
 
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
@@ -920,8 +951,11 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
     whose head_dim stride is not 1 are made contiguous first. Broadcast (expanded)
     inputs get correct gradients; sk = 0 gives o = 0 and dq = 0."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return _attention_function().apply(q, k, v, bool(causal), tuple(window), softmax_scale,
-                                       bool(deterministic))
+    window_left, window_right = (int(w) for w in window)
+    o, _ = _custom_ops().fwd(q, k, v, bool(causal), window_left, window_right,
+                             None if softmax_scale is None else float(softmax_scale),
+                             bool(deterministic))
+    return o
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -942,9 +976,3 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         raise Fa2ShapeError("flash_attn_func: return_attn_probs is not supported")
     return attention(q, k, v, causal=causal, window=tuple(window_size),
                      softmax_scale=softmax_scale, deterministic=deterministic)
-
-
-def __getattr__(name):  # PEP 562: libfa2.Fa2AttentionFunction builds the class lazily
-    if name == "Fa2AttentionFunction":
-        return _attention_function()
-    raise AttributeError(f"module 'libfa2' has no attribute {name!r}")

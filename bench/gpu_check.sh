@@ -5,7 +5,7 @@
 #
 #   device run, carry [".deps"]:  bash bench/gpu_check.sh
 #
-# Logs and bench.csv go to $OUT (the device tool's folder that comes back; default
+# Logs (ctest-output.log: every test's output) and bench.csv go to $OUT (the device tool's folder that comes back; default
 # ./gpu-out). Environment:
 #   FA2_BENCH_ARGS   extra fa2_bench arguments, e.g. "--seqlen 8192 --head-dim 128"
 #   FA2_SKIP_BENCH=1 skip fa2_bench
@@ -68,6 +68,8 @@ fi
 : >"$OUT/ctest.log"
 # shellcheck disable=SC2086  # FA2_CTEST_ARGS is a list of words
 run_step ctest "$OUT/ctest.log" ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -LE sanitizer ${FA2_CTEST_ARGS:-}
+# Every test's own output (passing ones included): ctest-output.log
+cp "$BUILD/Testing/Temporary/LastTest.log" "$OUT/ctest-output.log" 2>/dev/null || true
 
 if [ "${FA2_SANITIZER:-0}" = 1 ]; then
     : >"$OUT/sanitizer.log"

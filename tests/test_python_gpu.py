@@ -339,7 +339,7 @@ def compile_cases():
     """attention() as torch.library custom ops: torch.library.opcheck on both ops
     (schema, fake tensors, autograd registration, AOT dispatch), then a training step
     under torch.compile(fullgraph=True), which fails on any graph break, against the
-    same step run eagerly (deterministic mode: bit-identical expected)."""
+    same step run eagerly (deterministic mode: bit-identical gradients expected)."""
     passed = n = 0
     dt = torch.bfloat16
     q, k, v = (torch.randn(2, 128, 4, 64, device="cuda", dtype=dt) for _ in range(3))
@@ -371,11 +371,17 @@ def compile_cases():
             qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
             loss = fn(qg, kg, vg, d_o)
             results.append((loss.detach(),) + torch.autograd.grad(loss, (qg, kg, vg)))
-        same = all(torch.equal(a, b) for a, b in zip(*results))
-        passed += same
-        print(f"{'PASS' if same else 'FAIL'} torch.compile(fullgraph=True) training step: "
-              f"loss and dq, dk, dv {'bit-identical to' if same else 'differ from'} eager",
-              flush=True)
+        # The loss is reduced by different kernels (Inductor's vs eager): close, not
+        # equal. The gradients come from the same libfa2 calls: bit-identical.
+        loss_err = abs(results[0][0].item() - results[1][0].item()) / \
+            max(abs(results[0][0].item()), 1e-30)
+        diffs = [(a.float() - b.float()).abs().max().item()
+                 for a, b in zip(results[0][1:], results[1][1:])]
+        ok = loss_err < 1e-5 and all(x == 0 for x in diffs)
+        passed += ok
+        print(f"{'PASS' if ok else 'FAIL'} torch.compile(fullgraph=True) training step vs "
+              f"eager: loss rel. diff {loss_err:.1e}, dq/dk/dv max abs diff "
+              f"{'/'.join(f'{x:.1e}' for x in diffs)}", flush=True)
     except Exception as e:  # noqa: BLE001 -- a graph break or a compile failure
         print(f"FAIL torch.compile(fullgraph=True): {type(e).__name__}: {e}", flush=True)
     return passed, n

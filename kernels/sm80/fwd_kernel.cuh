@@ -27,8 +27,7 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const typename Tr::Elem
         smem, gmem, row_stride, rows_valid, head_dim, tid);
 }
 
-// kPacked: a packed variable-length batch (p.cu_seqlens_q set).
-template <typename Tr, bool kPacked>
+template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -39,7 +38,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     const int lane = tid % 32;
 
     const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t k_smem[2] = {q_smem + Tr::kQBytes, q_smem + Tr::kQBytes + Tr::kKVBytes};

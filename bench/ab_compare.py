@@ -20,7 +20,40 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import Fa2Forward, fa2lib, time_ms  # noqa: E402
+from sdpa_compare import fa2lib, time_ms  # noqa: E402
+
+
+def load_binding(directory):
+    """The libfa2 Python package in `directory` (an older tree's python/libfa2), as a
+    module of its own, for a library whose structs differ from this tree's."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "libfa2_base", os.path.join(directory, "__init__.py"),
+        submodule_search_locations=[directory])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["libfa2_base"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Runner:
+    """A planned forward and backward of one library through its own binding, on raw
+    device pointers of BSHD torch tensors."""
+
+    def __init__(self, binding, lib, q, k, causal):
+        problem = binding.make_problem(q.dtype, q.shape, k.shape, causal=causal, lib=lib)
+        self.plan = lib.plan(problem, torch.cuda.current_device())
+
+    def __call__(self, q, k, v, o, lse=None):
+        self.plan.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                          lse.data_ptr() if lse is not None else None,
+                          stream=torch.cuda.current_stream().cuda_stream)
+
+    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, workspace):
+        self.plan.backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                           d_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                           dv.data_ptr(), workspace.data_ptr(), workspace.numel(),
+                           stream=torch.cuda.current_stream().cuda_stream)
 
 
 def alternate(fns, sets, rounds, iters):
@@ -38,13 +71,14 @@ def ratio(base, new):
 
 
 def shape_case(libs, dt, b, h, s, d, causal, rounds, iters):
+    """libs: [(binding, library)] for this tree and the baseline."""
     sets, bsets = [], []
     for _ in range(3):
         q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
         k = torch.randn(b, s, h, d, device="cuda", dtype=dt)
         v = torch.randn(b, s, h, d, device="cuda", dtype=dt)
         sets.append((q, k, v, torch.empty_like(q)))
-    runs = [Fa2Forward(lib, sets[0][0], sets[0][1], causal) for lib in libs]
+    runs = [Runner(binding, lib, sets[0][0], sets[0][1], causal) for binding, lib in libs]
     outs = []
     for run in runs:
         q, k, v, o = sets[0]
@@ -70,6 +104,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True, help="this tree's libfa2.so")
     ap.add_argument("--base", required=True, help="the libfa2.so to compare against")
+    ap.add_argument("--base-binding", help="its python/libfa2 directory, when its structs "
+                    "differ from this tree's (default: this tree's binding)")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
@@ -77,12 +113,15 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--csv")
     args = ap.parse_args()
-    libs = [fa2lib.load_library(args.lib), fa2lib.load_library(args.base)]
-    if libs[0] is libs[1]:
+    base_binding = load_binding(args.base_binding) if args.base_binding else fa2lib
+    libs = [(fa2lib, fa2lib.load_library(args.lib)),
+            (base_binding, base_binding.load_library(args.base))]
+    if libs[0][1] is libs[1][1]:
         sys.exit("--lib and --base are the same file: copy one to measure the noise")
     dt = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     torch.manual_seed(0)
-    print(f"lib {args.lib}: {libs[0].build_info()}\nbase {args.base}: {libs[1].build_info()}")
+    print(f"lib {args.lib}: {libs[0][1].build_info()}\n"
+          f"base {args.base}: {libs[1][1].build_info()}")
     print(f"{'b':>3} {'h':>3} {'seq':>6} {'d':>4} {'causal':>6} | {'fwd':>6} "
           f"{'spread':>13} | {'bwd':>6} {'spread':>13}")
     rows = []

@@ -13,8 +13,9 @@
 #   FA2_SDPA=1       also run bench/sdpa_compare.py (PyTorch SDPA side by side);
 #   FA2_SDPA_ARGS    its extra arguments, e.g. "--quick"
 #   FA2_BASELINE=DIR also build the libfa2 sources in DIR (an older commit's
-#                    `git archive REV CMakeLists.txt cmake include kernels src` in an
-#                    ignored folder, carried to the device) and run bench/ab_compare.py:
+#                    `git archive REV CMakeLists.txt cmake include kernels src python` in
+#                    an ignored folder, carried to the device; delete it after the run,
+#                    it holds an older binding) and run bench/ab_compare.py:
 #                    this tree's library against that one in one process, forward and
 #                    backward per shape (FA2_AB_ARGS: its extra arguments); ab.log, ab.csv
 #   FA2_AB_NOISE=1   with FA2_BASELINE: also this tree's library against a copy of
@@ -93,7 +94,8 @@ if [ -n "${FA2_BASELINE:-}" ]; then
         cmake --build build-baseline -j16 --target fa2 >/dev/null"
     # shellcheck disable=SC2086
     run_step ab "$OUT/ab.log" python3 bench/ab_compare.py --lib "$BUILD/libfa2.so" \
-        --base build-baseline/libfa2.so --csv "$OUT/ab.csv" ${FA2_AB_ARGS:-}
+        --base build-baseline/libfa2.so --base-binding "$FA2_BASELINE/python/libfa2" \
+        --csv "$OUT/ab.csv" ${FA2_AB_ARGS:-}
     if [ "${FA2_AB_NOISE:-0}" = 1 ]; then
         : >"$OUT/ab-noise.log"
         cp "$BUILD/libfa2.so" build-baseline/libfa2-copy.so

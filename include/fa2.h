@@ -69,7 +69,9 @@ typedef enum fa2_status_t {
     FA2_ERROR_BAD_PLAN = 18,             /* the plan was changed after fa2_plan made it */
     FA2_ERROR_DEVICE_MISMATCH = 19,      /* the current device is not the kind the plan
                                             was made for */
-    FA2_ERROR_RESERVED = 20              /* a reserved field is not zero */
+    FA2_ERROR_RESERVED = 20,             /* a reserved field is not zero */
+    FA2_ERROR_UNSUPPORTED = 21           /* a combination this version does not run (yet),
+                                            e.g. the backward of a packed batch */
 } fa2_status_t;
 
 /* Limits that fa2_plan enforces (every accepted value runs correctly; see
@@ -172,7 +174,24 @@ typedef struct fa2_problem_t {
     int64_t o_batch_stride, o_seq_stride, o_head_stride;
     int32_t deterministic;   /* 1: backward bit-identical run to run (see fa2_backward) */
     int32_t reserved1;       /* zero */
+    /* Packed variable-length batch (see below); 0 and 0 for a dense batch. */
+    int64_t total_q;         /* rows of packed Q and O, >= seqlen_q, <= 2^31 - 1 */
+    int64_t total_k;         /* rows of packed K and V, >= seqlen_k, <= 2^31 - 1 */
 } fa2_problem_t;
+
+/* Packed variable-length batches (total_q >= 1): the sequences lie one after another
+ * in Q, K, V and O, laid out [total_q, heads_q, head_dim] (Q, O) and [total_k,
+ * heads_kv, head_dim] (K, V), strides free as above with every batch stride 0.
+ * Sequence b (0 <= b < batch) has queries cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1
+ * and keys cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1, or the first seqused_k[b] of those
+ * when seqused_k is given (fa2_forward_varlen). `batch`, `seqlen_q` and `seqlen_k` are
+ * upper bounds, fixed when planning: the most sequences, and the longest query and key
+ * sequence. A call always runs `batch` sequences: pad with empty ones (repeat the last
+ * offset). Masks and windows apply per sequence, bottom-right aligned. LSE: float32
+ * [heads_q, total_q], natural log: row r of the packed Q, head h, at h * total_q + r.
+ * A sequence whose offsets or lengths leave these bounds is skipped (its O and LSE
+ * rows are not written); the offsets are not otherwise checked yet. Not supported
+ * yet: the backward (plan->bwd_status = FA2_ERROR_UNSUPPORTED) and a paged KV cache. */
 
 /* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
  * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1, deterministic = 0.
@@ -262,6 +281,22 @@ FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_inf
 FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                                  const void *v, void *o, float *lse, void *workspace,
                                  size_t workspace_bytes, void *stream);
+
+/* fa2_forward for a packed variable-length batch (plan->problem.total_q >= 1; see
+ * fa2_problem_t): cu_seqlens_q and cu_seqlens_k are device arrays of batch + 1 int32
+ * offsets (4-byte aligned); seqused_k (batch int32, or NULL) gives each sequence's key
+ * count. The call reads them on the GPU only: no host synchronisation and no choice
+ * from their values, so it can be captured in a CUDA graph once and replayed with new
+ * offsets and new tensor contents (the pointers, the plan and the stream fixed). The
+ * same checks and statuses as fa2_forward, and FA2_ERROR_NULL_POINTER for a missing
+ * cu_seqlens_q or cu_seqlens_k, FA2_ERROR_MISALIGNED for a misaligned one,
+ * FA2_ERROR_UNSUPPORTED for a dense plan (call fa2_forward). fa2_forward refuses a
+ * packed plan the same way. */
+FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
+                                        const void *v, void *o, float *lse,
+                                        const int32_t *cu_seqlens_q,
+                                        const int32_t *cu_seqlens_k, const int32_t *seqused_k,
+                                        void *workspace, size_t workspace_bytes, void *stream);
 
 /* Runs the backward pass of fa2_forward on `stream`, asynchronously: given Q, K, V,
  * the forward's output O and its LSE (lse must not be NULL: run the forward with an

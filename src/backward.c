@@ -31,6 +31,11 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride,
                         pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride,
                         pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride);
+    case FA2_ERROR_UNSUPPORTED:
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "the backward of a packed batch (total_q=%" PRId64 ") is not "
+                        "supported yet",
+                        pr->total_q);
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64
@@ -66,7 +71,7 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
                                            const void *workspace)
 {
     const fa2_problem_t *pr = &plan->problem;
-    const int64_t rows = pr->batch * pr->heads_q * pr->seqlen_q;
+    const int64_t rows = fa2_lse_rows(pr);
     const fa2_span_t inputs[6] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
                                   fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
                                   fa2_layout_span(pr, FA2_LAYOUT_V, "v", v),

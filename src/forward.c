@@ -39,6 +39,11 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->o_batch_stride = pr->o_batch_stride;
     p->o_seq_stride = pr->o_seq_stride;
     p->o_head_stride = pr->o_head_stride;
+    /* Packed: [heads_q, total_q]; dense: [batch, heads_q, seqlen_q]. */
+    p->stats_batch_stride = pr->total_q ? 0 : pr->heads_q * pr->seqlen_q;
+    p->stats_head_stride = pr->total_q ? pr->total_q : pr->seqlen_q;
+    p->total_q = (int32_t)pr->total_q;
+    p->total_k = (int32_t)pr->total_k;
     p->batch = (int32_t)pr->batch;
     p->heads_q = (int32_t)pr->heads_q;
     p->heads_kv = (int32_t)pr->heads_kv;
@@ -62,18 +67,24 @@ static fa2_status_t check_forward_overlap(const fa2_plan_t *plan, const void *q,
                                           const float *lse)
 {
     const fa2_problem_t *pr = &plan->problem;
-    const int64_t rows = pr->batch * pr->heads_q * pr->seqlen_q;
     const fa2_span_t inputs[3] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
                                   fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
                                   fa2_layout_span(pr, FA2_LAYOUT_V, "v", v)};
     const fa2_span_t outputs[2] = {fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
-                                   fa2_bytes_span("lse", lse, lse ? rows * 4 : 0)};
+                                   fa2_bytes_span("lse", lse, lse ? fa2_lse_rows(pr) * 4 : 0)};
     return fa2_check_disjoint(outputs, 2, inputs, 3);
 }
 
-fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
-                         const void *v, void *o, float *lse, void *workspace,
-                         size_t workspace_bytes, void *stream)
+/* The packed batch's offsets: device int32 arrays, NULL for a dense batch. */
+typedef struct seq_offsets_t {
+    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
+} seq_offsets_t;
+
+/* fa2_forward and fa2_forward_varlen: every check, then the launch. */
+static fa2_status_t run_forward(const char *function, const fa2_plan_t *plan, const void *q,
+                                const void *k, const void *v, void *o, float *lse,
+                                const seq_offsets_t *offsets, void *workspace,
+                                size_t workspace_bytes, void *stream)
 {
     fa2_params_t p;
     fa2_status_t s;
@@ -90,11 +101,23 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
         return fa2_fail(FA2_ERROR_NULL_POINTER, "v is NULL");
     if (!o)
         return fa2_fail(FA2_ERROR_NULL_POINTER, "o is NULL");
+    if (offsets && !offsets->cu_seqlens_q)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
+    if (offsets && !offsets->cu_seqlens_k)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
     if ((s = fa2_check_plan(plan)))
         return s;
+    if (!offsets != !plan->problem.total_q)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED, "%s: the plan is for a %s batch (total_q=%" PRId64
+                        "): call %s", function, offsets ? "dense" : "packed",
+                        plan->problem.total_q, offsets ? "fa2_forward" : "fa2_forward_varlen");
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
         (s = fa2_check_align("lse", lse, 4)))
+        return s;
+    if (offsets && ((s = fa2_check_align("cu_seqlens_q", offsets->cu_seqlens_q, 4)) ||
+                    (s = fa2_check_align("cu_seqlens_k", offsets->cu_seqlens_k, 4)) ||
+                    (s = fa2_check_align("seqused_k", offsets->seqused_k, 4))))
         return s;
     if ((s = check_forward_overlap(plan, q, k, v, o, lse)))
         return s;
@@ -110,10 +133,34 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
         return s;
 
     fa2_fill_params(plan, q, k, v, o, lse, &p);
+    if (offsets) {
+        p.cu_seqlens_q = offsets->cu_seqlens_q;
+        p.cu_seqlens_k = offsets->cu_seqlens_k;
+        p.seqused_k = offsets->seqused_k;
+    }
     e = fa2_fwd_launch(&p, stream);
     if (e != 0)
         return fa2_fail(FA2_ERROR_CUDA, "forward kernel launch (head_dim=%d, %s): %s",
                         (int)p.head_dim, p.dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16",
                         cudaGetErrorString((cudaError_t)e));
     return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
+                         const void *v, void *o, float *lse, void *workspace,
+                         size_t workspace_bytes, void *stream)
+{
+    return run_forward("fa2_forward", plan, q, k, v, o, lse, NULL, workspace,
+                       workspace_bytes, stream);
+}
+
+fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
+                                const void *v, void *o, float *lse,
+                                const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                                const int32_t *seqused_k, void *workspace,
+                                size_t workspace_bytes, void *stream)
+{
+    const seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k};
+    return run_forward("fa2_forward_varlen", plan, q, k, v, o, lse, &offsets, workspace,
+                       workspace_bytes, stream);
 }

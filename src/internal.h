@@ -143,6 +143,13 @@ int fa2_bwd_workspace_layout(const fa2_problem_t *problem, int dq_by_atomics,
 
 /* The kernel parameters of a validated plan and its forward tensors (the backward then
  * adds its own and its kernel family). */
+/* Rows of the LSE (and of the backward's per-row statistics): batch * heads_q *
+ * seqlen_q, or heads_q * total_q for a packed batch. Validated sizes: fits. */
+static inline int64_t fa2_lse_rows(const fa2_problem_t *pr)
+{
+    return pr->total_q ? pr->heads_q * pr->total_q : pr->batch * pr->heads_q * pr->seqlen_q;
+}
+
 struct fa2_params_t;
 void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,
                      void *o, float *lse, struct fa2_params_t *p);

@@ -150,6 +150,8 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
         out->bwd_status = FA2_ERROR_OVERLAP;
     if (out->bwd_smem_bytes > device->smem_per_block_optin)
         out->bwd_status = FA2_ERROR_SHARED_MEMORY;
+    if (pr->total_q)
+        out->bwd_status = FA2_ERROR_UNSUPPORTED; /* packed batches: forward only, yet */
     out->bwd_supported = out->bwd_status == FA2_SUCCESS;
 }
 

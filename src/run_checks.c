@@ -12,9 +12,9 @@
 #include "internal.h"
 
 /* fa2_plan_t has no padding, so memcmp compares exactly its fields. */
-_Static_assert(sizeof(fa2_problem_t) == 192, "fa2_problem_t has padding or changed");
+_Static_assert(sizeof(fa2_problem_t) == 208, "fa2_problem_t has padding or changed");
 _Static_assert(sizeof(fa2_device_info_t) == 40, "fa2_device_info_t has padding or changed");
-_Static_assert(sizeof(fa2_plan_t) == 360, "fa2_plan_t has padding or changed");
+_Static_assert(sizeof(fa2_plan_t) == 376, "fa2_plan_t has padding or changed");
 
 fa2_status_t fa2_check_plan(const fa2_plan_t *plan)
 {
@@ -120,7 +120,9 @@ fa2_span_t fa2_layout_span(const fa2_problem_t *pr, fa2_layout_t layout, const c
     default: bs = pr->o_batch_stride, ss = pr->o_seq_stride, hs = pr->o_head_stride; break;
     }
     const int queries = layout == FA2_LAYOUT_Q || layout == FA2_LAYOUT_O;
-    const int64_t seq = queries ? pr->seqlen_q : pr->seqlen_k;
+    /* a packed batch: its rows; every batch stride is 0 */
+    const int64_t seq = pr->total_q ? (queries ? pr->total_q : pr->total_k)
+                                    : (queries ? pr->seqlen_q : pr->seqlen_k);
     const int64_t heads = queries ? pr->heads_q : pr->heads_kv;
     fa2_span_t span = {name, (uintptr_t)ptr, (uintptr_t)ptr};
     if (seq > 0) /* batch and heads are >= 1 */

@@ -83,6 +83,8 @@ const char *fa2_status_string(fa2_status_t status)
         return "FA2_ERROR_DEVICE_MISMATCH: the current device cannot run the plan's kernels";
     case FA2_ERROR_RESERVED:
         return "FA2_ERROR_RESERVED: a reserved field is not zero";
+    case FA2_ERROR_UNSUPPORTED:
+        return "FA2_ERROR_UNSUPPORTED: a combination this version does not run";
     }
     return "unknown fa2_status_t";
 }

@@ -110,6 +110,31 @@ static fa2_status_t check_extent(const char *name, int64_t batch, int64_t seq,
     return FA2_SUCCESS;
 }
 
+/* A packed batch (total_q >= 1): rows within int32 and at least the longest sequence,
+ * every batch stride 0. A dense one: total_k 0 too. */
+static fa2_status_t check_packed(const fa2_problem_t *p)
+{
+    fa2_status_t s;
+    if (p->total_q == 0) {
+        if (p->total_k != 0)
+            return fa2_fail(FA2_ERROR_INVALID_SIZE,
+                            "total_k=%" PRId64 " with total_q=0: a dense batch has neither "
+                            "(a packed one sets total_q >= 1)",
+                            p->total_k);
+        return FA2_SUCCESS;
+    }
+    if ((s = check_range("total_q", p->total_q, p->seqlen_q, INT32_MAX)) ||
+        (s = check_range("total_k", p->total_k, p->seqlen_k, INT32_MAX)))
+        return s;
+    if (p->q_batch_stride || p->k_batch_stride || p->v_batch_stride || p->o_batch_stride)
+        return fa2_fail(FA2_ERROR_BAD_STRIDE,
+                        "a packed batch (total_q=%" PRId64 ") has batch strides 0 (q %" PRId64
+                        ", k %" PRId64 ", v %" PRId64 ", o %" PRId64 ")",
+                        p->total_q, p->q_batch_stride, p->k_batch_stride, p->v_batch_stride,
+                        p->o_batch_stride);
+    return FA2_SUCCESS;
+}
+
 int fa2_layout_is_distinct(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                            int64_t batch_stride, int64_t seq_stride, int64_t head_stride)
 {
@@ -205,30 +230,38 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
         (s = check_stride("o_head_stride", p->o_head_stride)))
         return s;
 
+    if ((s = check_packed(p)))
+        return s;
+    /* The tensors as laid out: a packed batch is one sequence of total_q / total_k rows
+     * (its batch strides are 0). */
+    const int64_t layout_batch = p->total_q ? 1 : p->batch;
+    const int64_t rows_q = p->total_q ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = p->total_q ? p->total_k : p->seqlen_k;
+
     /* Sizes are now in range and strides non-negative: the checked helpers apply. */
-    if ((s = check_extent("q", p->batch, p->seqlen_q, p->heads_q, p->head_dim,
+    if ((s = check_extent("q", layout_batch, rows_q, p->heads_q, p->head_dim,
                           p->q_batch_stride, p->q_seq_stride, p->q_head_stride, 2)) ||
-        (s = check_extent("k", p->batch, p->seqlen_k, p->heads_kv, p->head_dim,
+        (s = check_extent("k", layout_batch, rows_k, p->heads_kv, p->head_dim,
                           p->k_batch_stride, p->k_seq_stride, p->k_head_stride, 2)) ||
-        (s = check_extent("v", p->batch, p->seqlen_k, p->heads_kv, p->head_dim,
+        (s = check_extent("v", layout_batch, rows_k, p->heads_kv, p->head_dim,
                           p->v_batch_stride, p->v_seq_stride, p->v_head_stride, 2)) ||
-        (s = check_extent("o", p->batch, p->seqlen_q, p->heads_q, p->head_dim,
+        (s = check_extent("o", layout_batch, rows_q, p->heads_q, p->head_dim,
                           p->o_batch_stride, p->o_seq_stride, p->o_head_stride, 2)))
         return s;
-    if (!fa2_layout_is_distinct(p->batch, p->seqlen_q, p->heads_q, p->head_dim,
+    if (!fa2_layout_is_distinct(layout_batch, rows_q, p->heads_q, p->head_dim,
                                 p->o_batch_stride, p->o_seq_stride, p->o_head_stride))
         return fa2_fail(FA2_ERROR_OVERLAP,
                         "o: strides %" PRId64 "/%" PRId64 "/%" PRId64 " (batch/seq/head) "
                         "give two elements of O one address (batch=%" PRId64
-                        " seqlen_q=%" PRId64 " heads_q=%" PRId64 " head_dim=%" PRId64 ")",
-                        p->o_batch_stride, p->o_seq_stride, p->o_head_stride, p->batch,
-                        p->seqlen_q, p->heads_q, p->head_dim);
-    if (!fa2_mul_i64(p->batch, p->heads_q, &n) || !fa2_mul_i64(n, p->seqlen_q, &n) ||
+                        " rows=%" PRId64 " heads_q=%" PRId64 " head_dim=%" PRId64 ")",
+                        p->o_batch_stride, p->o_seq_stride, p->o_head_stride, layout_batch,
+                        rows_q, p->heads_q, p->head_dim);
+    if (!fa2_mul_i64(layout_batch, p->heads_q, &n) || !fa2_mul_i64(n, rows_q, &n) ||
         !fa2_mul_i64(n, 4, &n))
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
-                        "lse: batch=%" PRId64 " * heads_q=%" PRId64 " * seqlen_q=%" PRId64
+                        "lse: batch=%" PRId64 " * heads_q=%" PRId64 " * rows=%" PRId64
                         " float32 values overflow int64 bytes",
-                        p->batch, p->heads_q, p->seqlen_q);
+                        layout_batch, p->heads_q, rows_q);
 
     if (p->deterministic != 0 && p->deterministic != 1)
         return fa2_fail(FA2_ERROR_INVALID_SIZE, "deterministic=%d is not 0 or 1",

@@ -56,6 +56,11 @@ static void test_status_values_pinned(void **state)
     assert_int_equal(FA2_ERROR_WORKSPACE, 14);
     assert_int_equal(FA2_ERROR_NO_DEVICE, 15);
     assert_int_equal(FA2_ERROR_CUDA, 16);
+    assert_int_equal(FA2_ERROR_OVERLAP, 17);
+    assert_int_equal(FA2_ERROR_BAD_PLAN, 18);
+    assert_int_equal(FA2_ERROR_DEVICE_MISMATCH, 19);
+    assert_int_equal(FA2_ERROR_RESERVED, 20);
+    assert_int_equal(FA2_ERROR_UNSUPPORTED, 21);
     assert_int_equal(FA2_DTYPE_FP16, 1);
     assert_int_equal(FA2_DTYPE_BF16, 2);
     assert_int_equal(FA2_RULE_SEED_SRAM, 1);
@@ -89,6 +94,7 @@ static void test_status_strings(void **state)
         "FA2_ERROR_BAD_PLAN",
         "FA2_ERROR_DEVICE_MISMATCH",
         "FA2_ERROR_RESERVED",
+        "FA2_ERROR_UNSUPPORTED",
     };
     size_t n = sizeof names / sizeof names[0];
     (void)state;
@@ -101,7 +107,7 @@ static void test_status_strings(void **state)
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(s, fa2_status_string((fa2_status_t)j));
     }
-    assert_string_equal(fa2_status_string((fa2_status_t)21), "unknown fa2_status_t");
+    assert_string_equal(fa2_status_string((fa2_status_t)22), "unknown fa2_status_t");
     assert_string_equal(fa2_status_string((fa2_status_t)-1), "unknown fa2_status_t");
     assert_string_equal(fa2_status_string((fa2_status_t)1000), "unknown fa2_status_t");
 }

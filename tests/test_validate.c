@@ -618,6 +618,57 @@ static void test_forward_null(void **state)
                "o is NULL");
 }
 
+/* A packed variable-length batch: its plan (forward only), the fields' checks, and the
+ * two entry points refusing each other's plans before any CUDA call. */
+static fa2_problem_t packed(void)
+{
+    fa2_problem_t p = base();
+    p.total_q = p.seqlen_q + 100;
+    p.total_k = p.seqlen_k + 7;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+    return p;
+}
+
+static void test_packed_batch(void **state)
+{
+    fa2_problem_t p = packed();
+    fa2_device_info_t d = h200();
+    fa2_plan_t pl, dense = valid_plan();
+    const int32_t *cu = (const int32_t *)PTR(0x2000);
+    void *a = PTR(0x1000);
+    (void)state;
+    EXPECT_OK(&p, &d);
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.bwd_supported, 0);
+    assert_int_equal(pl.bwd_status, FA2_ERROR_UNSUPPORTED);
+    p.k_batch_stride = 64;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_BAD_STRIDE, "packed batch", "k 64");
+    p = packed();
+    p.total_q = p.seqlen_q - 1;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_q=", NULL);
+    p = packed();
+    p.total_k = p.seqlen_k - 1;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_k=", NULL);
+    p = packed();
+    p.total_q = (int64_t)INT32_MAX + 1;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_q=", NULL);
+    p = base();
+    p.total_k = 5;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_k=5 with total_q=0", NULL);
+
+    EXPECT_FWD(fa2_forward(&pl, a, a, a, a, NULL, NULL, 0, NULL), FA2_ERROR_UNSUPPORTED,
+               "call fa2_forward_varlen");
+    EXPECT_FWD(fa2_forward_varlen(&dense, a, a, a, a, NULL, cu, cu, NULL, NULL, 0, NULL),
+               FA2_ERROR_UNSUPPORTED, "call fa2_forward");
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, NULL, cu, NULL, NULL, 0, NULL),
+               FA2_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, cu, NULL, NULL, NULL, 0, NULL),
+               FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, cu, (const int32_t *)PTR(0x2002),
+                                  NULL, NULL, 0, NULL),
+               FA2_ERROR_MISALIGNED, "cu_seqlens_k");
+}
+
 static void test_forward_struct_size(void **state)
 {
     fa2_plan_t pl = valid_plan();
@@ -697,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_device_compute_capability),
         cmocka_unit_test(test_device_shared_memory),
         cmocka_unit_test(test_forward_null),
+        cmocka_unit_test(test_packed_batch),
         cmocka_unit_test(test_forward_struct_size),
         cmocka_unit_test(test_forward_misaligned),
         cmocka_unit_test(test_forward_workspace),

@@ -15,7 +15,8 @@
 namespace fa2 {
 
 struct KeyBlock {
-    int batch, kv_head, group, slice;
+    Sequence seq;
+    int kv_head, group, slice;
     int key_first, key_last;  // key_last clamped to seqlen_k - 1
     int m_first, m_count;     // query tiles [m_first, m_first + m_count) of each head
     int steps;                // (query head, query tile) pairs: m_count * group
@@ -46,31 +47,32 @@ __device__ __forceinline__ KeyBlock key_block(const fa2_params_t &p)
     const int n_block = idx % n_blocks;
     idx /= n_blocks;
     b.kv_head = idx % p.heads_kv;
-    b.batch = idx / p.heads_kv;
+    b.seq = sequence(p, idx / p.heads_kv);
     b.group = p.heads_q / p.heads_kv;
     b.key_first = n_block * kBlockN;
-    b.key_last = min(b.key_first + kBlockN, p.seqlen_k) - 1;
-    b.win = KeyWindow{p.seqlen_k - p.seqlen_q, p.window_left, p.window_right, p.seqlen_k};
-    block_query_tiles<kBlockM>(b.win, p.seqlen_q, b.key_first, b.key_last, b.m_first,
+    b.key_last = min(b.key_first + kBlockN, b.seq.seqlen_k) - 1;
+    b.win = KeyWindow{b.seq.seqlen_k - b.seq.seqlen_q, p.window_left, p.window_right,
+                      b.seq.seqlen_k};
+    block_query_tiles<kBlockM>(b.win, b.seq.seqlen_q, b.key_first, b.key_last, b.m_first,
                                b.m_count);
     b.steps = b.m_count * b.group;
     return b;
 }
 
 // Adds a dQ fragment (m16n8 accumulator layout; row row0 + 16m + lane/4 (+8), column
-// col0 + 8n + 2 (lane % 4)) to the fp32 accumulator of (batch, head) with float2
+// col0 + 8n + 2 (lane % 4)) to the fp32 accumulator of (sequence, head) with float2
 // atomics; rows past seqlen_q and columns past head_dim are skipped.
 template <int kM, int kN>
-__device__ __forceinline__ void add_dq(const fa2_params_t &p, int batch, int head, int row0,
+__device__ __forceinline__ void add_dq(const fa2_params_t &p, const Sequence &seq, int head, int row0,
                                        int col0, const float (&dq)[kM][kN][4], int lane)
 {
-    float *acc = p.dq_accum + stats_row(p, batch, head) * p.head_dim;
+    float *acc = p.dq_accum + stats_row(p, seq, head) * p.head_dim;
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = row0 + m * 16 + (lane >> 2) + 8 * h;
-            if (row >= p.seqlen_q) continue;
+            if (row >= seq.seqlen_q) continue;
 #pragma unroll
             for (int n = 0; n < kN; ++n) {
                 const int col = col0 + n * 8 + 2 * (lane & 3);
@@ -92,10 +94,10 @@ __device__ __forceinline__ void store_dkdv(const fa2_params_t &p, const KeyBlock
     float scale[kM][2], one[kM][2];
     fill_scale(scale, p.softmax_scale);
     fill_scale(one, 1.f);
-    store_acc<Elem>(dk, scale, dk_row<Elem>(p, b.batch, b.kv_head, 0), p.k_seq_stride, key0,
-                    p.seqlen_k, col0, p.head_dim, lane);
-    store_acc<Elem>(dv, one, dv_row<Elem>(p, b.batch, b.kv_head, 0), p.v_seq_stride, key0,
-                    p.seqlen_k, col0, p.head_dim, lane);
+    store_acc<Elem>(dk, scale, dk_row<Elem>(p, b.seq, b.kv_head, 0), p.k_seq_stride, key0,
+                    b.seq.seqlen_k, col0, p.head_dim, lane);
+    store_acc<Elem>(dv, one, dv_row<Elem>(p, b.seq, b.kv_head, 0), p.v_seq_stride, key0,
+                    b.seq.seqlen_k, col0, p.head_dim, lane);
 }
 
 }  // namespace fa2

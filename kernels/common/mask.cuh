@@ -6,13 +6,15 @@
 
 #include "common/params.h"
 #include "common/mask_window.cuh"
+#include "common/seqinfo.cuh"
 
 namespace fa2 {
 
 // The query tile a thread block owns and the key blocks [n_first, n_end) it visits.
 struct QueryTile {
-    int batch, head, kv_head;
-    int row_first, row_last;  // last row is clamped to seqlen_q - 1
+    Sequence seq;
+    int head, kv_head;
+    int row_first, row_last;  // last row is clamped to the sequence's seqlen_q - 1
     int n_first, n_end;       // n_end <= n_first: no visible key
     KeyWindow win;
 };
@@ -26,16 +28,25 @@ __device__ __forceinline__ QueryTile query_tile(const fa2_params_t &p)
     static_assert((1 << 30) % kBlockM == 0,
                   "a query tile must divide FA2_MAX_SEQLEN: its padding rows are tested in int32");
     QueryTile t;
+    // The grid covers the longest sequence (p.seqlen_q); a packed batch's shorter
+    // sequences leave tiles without rows: they visit no key and write nothing.
     const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-    const int m = static_cast<int>(blockIdx.x % m_blocks);
-    const int m_block = kLastFirst ? m_blocks - 1 - m : m;
     const int bh = static_cast<int>(blockIdx.x / m_blocks);
     t.head = bh % p.heads_q;
-    t.batch = bh / p.heads_q;
+    t.seq = sequence(p, bh / p.heads_q);
     t.kv_head = t.head / (p.heads_q / p.heads_kv);
+    const int seq_blocks = (t.seq.seqlen_q + kBlockM - 1) / kBlockM;
+    const int m = static_cast<int>(blockIdx.x % m_blocks);
+    const int m_block = kLastFirst ? seq_blocks - 1 - m : m;
     t.row_first = m_block * kBlockM;
-    t.row_last = min(t.row_first + kBlockM, p.seqlen_q) - 1;
-    t.win = KeyWindow{p.seqlen_k - p.seqlen_q, p.window_left, p.window_right, p.seqlen_k};
+    t.row_last = min(t.row_first + kBlockM, t.seq.seqlen_q) - 1;
+    t.win = KeyWindow{t.seq.seqlen_k - t.seq.seqlen_q, p.window_left, p.window_right,
+                      t.seq.seqlen_k};
+    if (m >= seq_blocks) {
+        t.row_first = t.seq.seqlen_q;  // no row: the epilogue writes nothing
+        t.n_first = t.n_end = 0;
+        return t;
+    }
     tile_key_blocks<kBlockN>(t.win, t.row_first, t.row_last, t.n_first, t.n_end);
     return t;
 }

@@ -24,6 +24,20 @@ typedef struct fa2_params_t {
     int64_t v_batch_stride, v_seq_stride, v_head_stride;
     int64_t o_batch_stride, o_seq_stride, o_head_stride;
 
+    /* Packed variable-length batches (NULL for a dense batch): sequence b's rows start at
+       cu_seqlens_q[b] / cu_seqlens_k[b] (batch strides 0), its key count is
+       seqused_k[b] when given; seqlen_q / seqlen_k are then the planned maxima, total_q
+       / total_k the rows Q/O and K/V hold. Device pointers, read by the kernels. */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    const int32_t *seqused_k;
+    int32_t total_q;
+    int32_t total_k;
+    /* The per-row statistics (LSE, D, dQ accumulator), in rows: sequence b, head h, row
+       r at b * stats_batch_stride + h * stats_head_stride + (its q_start) + r. */
+    int64_t stats_batch_stride;
+    int64_t stats_head_stride;
+
     int32_t batch;
     int32_t heads_q;
     int32_t heads_kv;

@@ -1,16 +1,16 @@
-// The addressing layer: the one place where (batch, head, row) becomes an address, for
-// every tensor of a call (Q, K, V, O, dO, dQ, dK, dV) and for the per-row statistics
+// The addressing layer: the one place where (sequence, head, row) becomes an address,
+// for every tensor of a call (Q, K, V, O, dO, dQ, dK, dV) and for the per-row statistics
 // (LSE, D, the fp32 dQ accumulator). Kernels take row pointers and row strides from
 // here and do no batch or head arithmetic of their own.
 //
-// Today every sequence of the batch has the same lengths (p.seqlen_q, p.seqlen_k) and
-// sits at batch * batch_stride. What comes next changes this file, and the tile loads
-// that take a row pointer and a stride, but not the kernels' loops:
-//   - packed variable-length batches: the batch term becomes the sequence's first row
-//     (cu_seqlens[batch]) times the row stride, and seqlen_q / seqlen_k come per
-//     sequence (the statistics then index by the packed row);
-//   - a paged KV cache: k_row / v_row look the row's page up in a page table (a tile
-//     then spans whole pages, so a tile keeps one base pointer and one stride);
+// A sequence (Sequence, from sequence()) is where its rows start and how long it is:
+//   - a dense batch: every sequence has the call's lengths and sits at
+//     batch * batch_stride (its start rows are 0);
+//   - a packed variable-length batch (p.cu_seqlens_q set): the batch strides are 0 and
+//     sequence b's rows start at cu_seqlens_q[b] / cu_seqlens_k[b], its lengths from the
+//     offsets (or seqused_k); p.seqlen_q / p.seqlen_k are then the planned maxima;
+//   - next: a paged KV cache: k_row / v_row look the row's page up in a page table
+//     (the tile loads then take a row pointer per row, or one per page-sized tile);
 //   - split-KV: a block's key range is a slice of the sequence's, set by the caller.
 #pragma once
 
@@ -20,75 +20,106 @@
 
 namespace fa2 {
 
-// Row `row` of head `head` in sequence `batch`.
-template <typename Elem>
-__device__ __forceinline__ const Elem *q_row(const fa2_params_t &p, int batch, int head,
-                                             int row)
+// One sequence of the call: its index, its first rows in Q/O and in K/V (0 for a dense
+// batch) and its lengths.
+struct Sequence {
+    int batch;
+    int q_start, k_start;
+    int seqlen_q, seqlen_k;
+};
+
+// Sequence `batch`. In a packed batch, a sequence whose offsets or lengths leave the
+// planned bounds (maximum lengths, the tensors' rows) gets seqlen_q = 0: no block reads
+// or writes anything for it.
+__device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
 {
-    return static_cast<const Elem *>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-           row * p.q_seq_stride;
+    Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k};
+    if (p.cu_seqlens_q) {
+        s.q_start = p.cu_seqlens_q[batch];
+        s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_start;
+        s.k_start = p.cu_seqlens_k[batch];
+        s.seqlen_k = p.seqused_k ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - s.k_start;
+        const bool in_bounds = s.q_start >= 0 && s.seqlen_q >= 0 && s.seqlen_q <= p.seqlen_q &&
+                               s.q_start <= p.total_q - s.seqlen_q && s.k_start >= 0 &&
+                               s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
+                               s.k_start <= p.total_k - s.seqlen_k;
+        if (!in_bounds) s.seqlen_q = s.seqlen_k = 0;
+    }
+    return s;
+}
+
+// Row `row` of head `head` in sequence `s`.
+template <typename Elem>
+__device__ __forceinline__ const Elem *q_row(const fa2_params_t &p, const Sequence &s,
+    int head, int row)
+{
+    return static_cast<const Elem *>(p.q) + s.batch * p.q_batch_stride + head * p.q_head_stride +
+           (s.q_start + row) * p.q_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ const Elem *k_row(const fa2_params_t &p, int batch, int kv_head,
-                                             int row)
+__device__ __forceinline__ const Elem *k_row(const fa2_params_t &p, const Sequence &s,
+    int kv_head, int row)
 {
-    return static_cast<const Elem *>(p.k) + batch * p.k_batch_stride +
-           kv_head * p.k_head_stride + row * p.k_seq_stride;
+    return static_cast<const Elem *>(p.k) + s.batch * p.k_batch_stride +
+           kv_head * p.k_head_stride + (s.k_start + row) * p.k_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ const Elem *v_row(const fa2_params_t &p, int batch, int kv_head,
-                                             int row)
+__device__ __forceinline__ const Elem *v_row(const fa2_params_t &p, const Sequence &s,
+    int kv_head, int row)
 {
-    return static_cast<const Elem *>(p.v) + batch * p.v_batch_stride +
-           kv_head * p.v_head_stride + row * p.v_seq_stride;
+    return static_cast<const Elem *>(p.v) + s.batch * p.v_batch_stride +
+           kv_head * p.v_head_stride + (s.k_start + row) * p.v_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *o_row(const fa2_params_t &p, int batch, int head, int row)
+__device__ __forceinline__ Elem *o_row(const fa2_params_t &p, const Sequence &s,
+    int head, int row)
 {
-    return static_cast<Elem *>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
-           row * p.o_seq_stride;
+    return static_cast<Elem *>(p.o) + s.batch * p.o_batch_stride + head * p.o_head_stride +
+           (s.q_start + row) * p.o_seq_stride;
 }
 
 // dO has O's layout, dQ Q's, dK K's and dV V's.
 template <typename Elem>
-__device__ __forceinline__ const Elem *do_row(const fa2_params_t &p, int batch, int head,
-                                              int row)
+__device__ __forceinline__ const Elem *do_row(const fa2_params_t &p, const Sequence &s,
+    int head, int row)
 {
-    return static_cast<const Elem *>(p.d_o) + batch * p.o_batch_stride + head * p.o_head_stride +
-           row * p.o_seq_stride;
+    return static_cast<const Elem *>(p.d_o) + s.batch * p.o_batch_stride + head * p.o_head_stride +
+           (s.q_start + row) * p.o_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *dq_row(const fa2_params_t &p, int batch, int head, int row)
+__device__ __forceinline__ Elem *dq_row(const fa2_params_t &p, const Sequence &s,
+    int head, int row)
 {
-    return static_cast<Elem *>(p.dq) + batch * p.q_batch_stride + head * p.q_head_stride +
-           row * p.q_seq_stride;
+    return static_cast<Elem *>(p.dq) + s.batch * p.q_batch_stride + head * p.q_head_stride +
+           (s.q_start + row) * p.q_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *dk_row(const fa2_params_t &p, int batch, int kv_head,
-                                        int row)
+__device__ __forceinline__ Elem *dk_row(const fa2_params_t &p, const Sequence &s,
+    int kv_head, int row)
 {
-    return static_cast<Elem *>(p.dk) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
-           row * p.k_seq_stride;
+    return static_cast<Elem *>(p.dk) + s.batch * p.k_batch_stride + kv_head * p.k_head_stride +
+           (s.k_start + row) * p.k_seq_stride;
 }
 
 template <typename Elem>
-__device__ __forceinline__ Elem *dv_row(const fa2_params_t &p, int batch, int kv_head,
-                                        int row)
+__device__ __forceinline__ Elem *dv_row(const fa2_params_t &p, const Sequence &s,
+    int kv_head, int row)
 {
-    return static_cast<Elem *>(p.dv) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
-           row * p.v_seq_stride;
+    return static_cast<Elem *>(p.dv) + s.batch * p.v_batch_stride + kv_head * p.v_head_stride +
+           (s.k_start + row) * p.v_seq_stride;
 }
 
-// Index of query row 0 of (batch, head) in the per-row statistics: LSE and D (one float
-// per row), the dQ accumulator (head_dim floats per row).
-__device__ __forceinline__ int64_t stats_row(const fa2_params_t &p, int batch, int head)
+// Index of query row 0 of (sequence, head) in the per-row statistics: LSE and D (one
+// float per row), the dQ accumulator (head_dim floats per row). Dense: [batch, heads_q,
+// seqlen_q]; packed: [heads_q, total_q].
+__device__ __forceinline__ int64_t stats_row(const fa2_params_t &p, const Sequence &s, int head)
 {
-    return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q;
+    return s.batch * p.stats_batch_stride + head * p.stats_head_stride + s.q_start;
 }
 
 // The row kernels number every query row of the call flat, statistics order: flat row

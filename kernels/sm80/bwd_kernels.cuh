@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
     const int lane = tid % 32;
 
     const KeyBlock b = key_block<Tr::kBlockN, Tr::kBlockM, Tr::kSlices>(p);
-    const int batch = b.batch, kv_head = b.kv_head, slice = b.slice;
+    const Sequence &seq = b.seq;
+    const int kv_head = b.kv_head, slice = b.slice;
     const int key_first = b.key_first;
     const KeyWindow &win = b.win;
 
@@ -61,10 +62,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
         const int row0 = b.tile(step) * Tr::kBlockM;
         const int rows = p.seqlen_q - row0;
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            q_smem[buf], q_row<Elem>(p, batch, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
+            q_smem[buf], q_row<Elem>(p, seq, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            do_smem[buf], do_row<Elem>(p, batch, head, row0), p.o_seq_stride, rows, p.head_dim, tid);
-        const int64_t stat0 = stats_row(p, batch, head) + row0;
+            do_smem[buf], do_row<Elem>(p, seq, head, row0), p.o_seq_stride, rows, p.head_dim, tid);
+        const int64_t stat0 = stats_row(p, seq, head) + row0;
         for (int c = tid; c < 2 * Tr::kBlockM; c += Tr::kThreads) {
             const int col = c % Tr::kBlockM;
             const float *src = c < Tr::kBlockM ? p.lse + stat0 + col : p.d_sum + stat0 + col;
@@ -78,8 +79,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
     zero(dk);
 
     if (b.steps > 0) {
-        const Elem *k = k_row<Elem>(p, batch, kv_head, key_first);
-        const Elem *v = v_row<Elem>(p, batch, kv_head, key_first);
+        const Elem *k = k_row<Elem>(p, seq, kv_head, key_first);
+        const Elem *v = v_row<Elem>(p, seq, kv_head, key_first);
         const int keys = p.seqlen_k - key_first;
         load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
             k_smem, k, p.k_seq_stride, keys, p.head_dim, tid);
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
                 gemm_ab<Elem, Tr::kDsRowBytes, Tr::kRowBytes, kWM, kWN, Tr::kBlockN / 16>(
                     dq, smem_addr(smem + ds_offset) + warp_m * kWM * 16 * Tr::kDsRowBytes,
                     k_smem, (slice * Tr::kSliceDim) / 8 + warp_n * kWN, lane);
-                add_dq(p, batch, b.head(step), row0 + warp_m * kWM * 16,
+                add_dq(p, seq, b.head(step), row0 + warp_m * kWM * 16,
                        slice * Tr::kSliceDim + warp_n * kWN * 8, dq, lane);
             }
         }
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
     const int warp = tid / 32;
     const int lane = tid % 32;
 
-    const auto [batch, head, kv_head, row_first, row_last, n_first, n_end, win] =
+    const auto [seq, head, kv_head, row_first, row_last, n_first, n_end, win] =
         query_tile<Tr::kDqBlockM, Tr::kDqBlockN, false>(p);
 
     const uint32_t q_smem = smem_addr(smem);
@@ -189,19 +190,19 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
     const uint32_t k_smem[2] = {do_smem + Tr::kDqQBytes, do_smem + Tr::kDqQBytes + Tr::kDqKVBytes};
     const uint32_t v_smem[2] = {k_smem[1] + Tr::kDqKVBytes, k_smem[1] + 2 * Tr::kDqKVBytes};
 
-    auto load_kv = [&, batch = batch, kv_head = kv_head](int n_block, int buf) {
+    auto load_kv = [&, seq = seq, kv_head = kv_head](int n_block, int buf) {
         const int key0 = n_block * Tr::kDqBlockN;
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            k_smem[buf], k_row<Elem>(p, batch, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
+            k_smem[buf], k_row<Elem>(p, seq, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
             p.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            v_smem[buf], v_row<Elem>(p, batch, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
+            v_smem[buf], v_row<Elem>(p, seq, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
             p.head_dim, tid);
     };
 
     // This thread's rows: LSE (as an exp2 offset) and D.
     const int warp_row0 = row_first + warp * kM * 16;
-    const int64_t stat0 = stats_row(p, batch, head);
+    const int64_t stat0 = stats_row(p, seq, head);
     float lse_log2[kM][2], dsum[kM][2];
 #pragma unroll
     for (int m = 0; m < kM; ++m)
@@ -216,8 +217,8 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
     float dq[kM][kD][4];
     zero(dq);
     if (n_end > n_first) {
-        const Elem *q = q_row<Elem>(p, batch, head, row_first);
-        const Elem *d_o = do_row<Elem>(p, batch, head, row_first);
+        const Elem *q = q_row<Elem>(p, seq, head, row_first);
+        const Elem *d_o = do_row<Elem>(p, seq, head, row_first);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
             q_smem, q, p.q_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
 
     float scale[kM][2];
     fill_scale(scale, p.softmax_scale);
-    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), p.q_seq_stride, warp_row0,
+    store_acc<Elem>(dq, scale, dq_row<Elem>(p, seq, head, 0), p.q_seq_stride, warp_row0,
                     p.seqlen_q, 0, p.head_dim, lane);
 }
 

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     const int warp = tid / 32;
     const int lane = tid % 32;
 
-    const auto [batch, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
+    const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
         query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
     const uint32_t q_smem = smem_addr(smem);
@@ -51,26 +51,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
 
     if (n_block_end > n_block_min) {
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            q_smem, q_row<Elem>(p, batch, head, row_first), p.q_seq_stride,
-            p.seqlen_q - row_first, p.head_dim, tid);
+            q_smem, q_row<Elem>(p, seq, head, row_first), p.q_seq_stride,
+            seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        load_rows<Tr>(k_smem[0], k_row<Elem>(p, batch, kv_head, n_block * Tr::kBlockN),
-                      p.k_seq_stride, p.seqlen_k - n_block * Tr::kBlockN, p.head_dim, tid);
+        load_rows<Tr>(k_smem[0], k_row<Elem>(p, seq, kv_head, n_block * Tr::kBlockN),
+                      p.k_seq_stride, seq.seqlen_k - n_block * Tr::kBlockN, p.head_dim, tid);
         cp_async_commit();
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
             cp_async_wait<0>();  // K(n_block), and Q on the first pass
             __syncthreads();     // ...visible to all; every warp is done with V and K(other)
-            load_rows<Tr>(v_smem, v_row<Elem>(p, batch, kv_head, key_first), p.v_seq_stride,
-                          p.seqlen_k - key_first, p.head_dim, tid);
+            load_rows<Tr>(v_smem, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
+                          seq.seqlen_k - key_first, p.head_dim, tid);
             cp_async_commit();
             const bool prefetch = n_block > n_block_min;
             if (prefetch) {
                 const int next_first = key_first - Tr::kBlockN;
-                load_rows<Tr>(k_smem[(it + 1) & 1], k_row<Elem>(p, batch, kv_head, next_first),
-                              p.k_seq_stride, p.seqlen_k - next_first, p.head_dim, tid);
+                load_rows<Tr>(k_smem[(it + 1) & 1], k_row<Elem>(p, seq, kv_head, next_first),
+                              p.k_seq_stride, seq.seqlen_k - next_first, p.head_dim, tid);
                 cp_async_commit();
             }
 
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * Tr::kRowsPerWarp;
-    store_o_lse<Elem>(p, batch, head, warp_row0, o, inv_sum, lse, lane);
+    store_o_lse<Elem>(p, seq, head, warp_row0, o, inv_sum, lse, lane);
 }
 
 }  // namespace fa2

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     const int lane = tid % 32;
     const int wg_row0 = (warp / 4) * 64;
 
-    const auto [batch, head, kv_head, row_first, row_last, n_first, n_end, win] =
+    const auto [seq, head, kv_head, row_first, row_last, n_first, n_end, win] =
         query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
@@ -61,22 +61,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     const uint32_t k_smem = do_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
 
-    auto load_k = [&, batch = batch, kv_head = kv_head](uint32_t dst, int n_block) {
+    auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int n_block) {
         const int key0 = n_block * Tr::kBlockN;
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, k_row<Elem>(p, batch, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
+            dst, k_row<Elem>(p, seq, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
             p.head_dim, tid);
     };
-    auto load_v = [&, batch = batch, kv_head = kv_head](uint32_t dst, int n_block) {
+    auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int n_block) {
         const int key0 = n_block * Tr::kBlockN;
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, v_row<Elem>(p, batch, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
+            dst, v_row<Elem>(p, seq, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
             p.head_dim, tid);
     };
 
     // This thread's two rows: LSE (as an exp2 offset) and D.
     const int warp_row0 = row_first + warp * 16;
-    const int64_t stat0 = stats_row(p, batch, head);
+    const int64_t stat0 = stats_row(p, seq, head);
     float lse_log2[2], dsum[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -90,10 +90,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     zero(dq);
     if (n_end > n_first) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            q_smem, q_row<Elem>(p, batch, head, row_first), p.q_seq_stride,
+            q_smem, q_row<Elem>(p, seq, head, row_first), p.q_seq_stride,
             p.seqlen_q - row_first, p.head_dim, tid);
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            do_smem, do_row<Elem>(p, batch, head, row_first), p.o_seq_stride,
+            do_smem, do_row<Elem>(p, seq, head, row_first), p.o_seq_stride,
             p.seqlen_q - row_first, p.head_dim, tid);
         int n_block = n_end - 1;
         load_k(k_smem, n_block);
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
 
     float scale[1][2];
     fill_scale(scale, p.softmax_scale);
-    store_acc<Elem>(dq, scale, dq_row<Elem>(p, batch, head, 0), p.q_seq_stride, warp_row0,
+    store_acc<Elem>(dq, scale, dq_row<Elem>(p, seq, head, 0), p.q_seq_stride, warp_row0,
                     p.seqlen_q, 0, p.head_dim, lane);
 #endif
 }

@@ -89,7 +89,7 @@ __device__ __forceinline__ void write_dq_steps(const fa2_params_t &p, const KeyB
         mbarrier_wait(staged, step & 1);
         const int row0 = b.tile(step) * Tr::kBlockM;
         const int rows = min(Tr::kBlockM, p.seqlen_q - row0);
-        float *acc = p.dq_accum + (stats_row(p, b.batch, b.head(step)) + row0) * p.head_dim;
+        float *acc = p.dq_accum + (stats_row(p, b.seq, b.head(step)) + row0) * p.head_dim;
 #pragma unroll 4
         for (int i = wtid; i < Tr::kBlockM * kVecs; i += 128) {
             const int r = i / kVecs, c = (i % kVecs) * 4;
@@ -112,10 +112,10 @@ __device__ __forceinline__ void load_step_sm90(const fa2_params_t &p, const KeyB
     const int row0 = b.tile(step) * kBlockM;
     const int rows = p.seqlen_q - row0;
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
-        q_dst, q_row<Elem>(p, b.batch, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
+        q_dst, q_row<Elem>(p, b.seq, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
-        do_dst, do_row<Elem>(p, b.batch, head, row0), p.o_seq_stride, rows, p.head_dim, tid);
-    const int64_t stat0 = stats_row(p, b.batch, head) + row0;
+        do_dst, do_row<Elem>(p, b.seq, head, row0), p.o_seq_stride, rows, p.head_dim, tid);
+    const int64_t stat0 = stats_row(p, b.seq, head) + row0;
     for (int c = tid; c < 2 * kBlockM; c += kThreads) {  // stats[{0: LSE, kBlockM: D} + row]
         const int col = c % kBlockM;
         const float *src = c < kBlockM ? p.lse + stat0 + col : p.d_sum + stat0 + col;
@@ -130,10 +130,10 @@ __device__ __forceinline__ void load_kv_sm90(const fa2_params_t &p, const KeyBlo
 {
     const int keys = p.seqlen_k - b.key_first;
     load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
-        k_dst, k_row<Elem>(p, b.batch, b.kv_head, b.key_first), p.k_seq_stride, keys, p.head_dim,
+        k_dst, k_row<Elem>(p, b.seq, b.kv_head, b.key_first), p.k_seq_stride, keys, p.head_dim,
         tid);
     load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
-        v_dst, v_row<Elem>(p, b.batch, b.kv_head, b.key_first), p.v_seq_stride, keys, p.head_dim,
+        v_dst, v_row<Elem>(p, b.seq, b.kv_head, b.key_first), p.v_seq_stride, keys, p.head_dim,
         tid);
 }
 

@@ -64,21 +64,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     const int lane = tid % 32;
     const int wg_row0 = (warp / 4) * 64;  // this warpgroup's first row in the tile
 
-    const auto [batch, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
+    const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
         query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
-    auto load_k = [&, batch = batch, kv_head = kv_head](uint32_t dst, int key_first) {
+    auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, k_row<Elem>(p, batch, kv_head, key_first), p.k_seq_stride,
-            p.seqlen_k - key_first, p.head_dim, tid);
+            dst, k_row<Elem>(p, seq, kv_head, key_first), p.k_seq_stride,
+            seq.seqlen_k - key_first, p.head_dim, tid);
     };
-    auto load_v = [&, batch = batch, kv_head = kv_head](uint32_t dst, int key_first) {
+    auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, v_row<Elem>(p, batch, kv_head, key_first), p.v_seq_stride,
-            p.seqlen_k - key_first, p.head_dim, tid);
+            dst, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
+            seq.seqlen_k - key_first, p.head_dim, tid);
     };
 
     float o[1][Tr::kDTiles][4];
@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
 
     if (n_block_end > n_block_min) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
-            q_smem, q_row<Elem>(p, batch, head, row_first), p.q_seq_stride,
-            p.seqlen_q - row_first, p.head_dim, tid);
+            q_smem, q_row<Elem>(p, seq, head, row_first), p.q_seq_stride,
+            seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
         load_k(k_smem, n_block * Tr::kBlockN);
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * 16;
-    store_o_lse<Elem>(p, batch, head, warp_row0, o, inv_sum, lse, lane);
+    store_o_lse<Elem>(p, seq, head, warp_row0, o, inv_sum, lse, lane);
 #endif
 }
 

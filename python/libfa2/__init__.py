@@ -76,6 +76,7 @@ STATUS_NAMES = {
     18: "FA2_ERROR_BAD_PLAN",
     19: "FA2_ERROR_DEVICE_MISMATCH",
     20: "FA2_ERROR_RESERVED",
+    21: "FA2_ERROR_UNSUPPORTED",
 }
 globals().update({name: code for code, name in STATUS_NAMES.items()})
 
@@ -138,12 +139,13 @@ Fa2BadPlan = _status_class(18, "Fa2BadPlan", "the plan was changed after fa2_pla
 Fa2DeviceMismatch = _status_class(19, "Fa2DeviceMismatch",
                                   "the current device is not the one the plan was made for")
 Fa2Reserved = _status_class(20, "Fa2Reserved", "a reserved field is not zero")
+Fa2Unsupported = _status_class(21, "Fa2Unsupported", "a combination this version does not run")
 
 _EXCEPTIONS = {cls.status: cls for cls in (
     Fa2NullPointer, Fa2StructSize, Fa2InvalidSize, Fa2SizeOverflow, Fa2UnsupportedDtype,
     Fa2UnsupportedHeadDim, Fa2HeadsMismatch, Fa2BadStride, Fa2Misaligned, Fa2BadWindow,
     Fa2BadScale, Fa2UnsupportedDevice, Fa2SharedMemory, Fa2Workspace, Fa2NoDevice,
-    Fa2CudaError, Fa2Overlap, Fa2BadPlan, Fa2DeviceMismatch, Fa2Reserved)}
+    Fa2CudaError, Fa2Overlap, Fa2BadPlan, Fa2DeviceMismatch, Fa2Reserved, Fa2Unsupported)}
 __all__ += [cls.__name__ for cls in _EXCEPTIONS.values()]
 
 
@@ -176,7 +178,8 @@ class Problem(ctypes.Structure):
                                        "head_dim", "window_left", "window_right")]
                 + [("softmax_scale", ctypes.c_float), ("reserved0", _i32)]
                 + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
-                + [("deterministic", _i32), ("reserved1", _i32)])
+                + [("deterministic", _i32), ("reserved1", _i32)]
+                + [("total_q", _i64), ("total_k", _i64)])
 
 
 class DeviceInfo(ctypes.Structure):

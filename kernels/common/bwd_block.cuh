@@ -47,7 +47,7 @@ __device__ __forceinline__ KeyBlock key_block(const fa2_params_t &p)
     const int n_block = idx % n_blocks;
     idx /= n_blocks;
     b.kv_head = idx % p.heads_kv;
-    b.seq = sequence(p, idx / p.heads_kv);
+    b.seq = sequence<false>(p, idx / p.heads_kv); // dense only, yet
     b.group = p.heads_q / p.heads_kv;
     b.key_first = n_block * kBlockN;
     b.key_last = min(b.key_first + kBlockN, b.seq.seqlen_k) - 1;

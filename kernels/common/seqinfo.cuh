@@ -28,13 +28,15 @@ struct Sequence {
     int seqlen_q, seqlen_k;
 };
 
-// Sequence `batch`. In a packed batch, a sequence whose offsets or lengths leave the
-// planned bounds (maximum lengths, the tensors' rows) gets seqlen_q = 0: no block reads
-// or writes anything for it.
+// Sequence `batch`. kPacked (a compile-time choice, so that a dense batch's kernels
+// keep the call's lengths as constants): read the offsets; a sequence whose offsets or
+// lengths leave the planned bounds (maximum lengths, the tensors' rows) gets
+// seqlen_q = 0, and no block reads or writes anything for it.
+template <bool kPacked>
 __device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
 {
     Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k};
-    if (p.cu_seqlens_q) {
+    if constexpr (kPacked) {
         s.q_start = p.cu_seqlens_q[batch];
         s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_start;
         s.k_start = p.cu_seqlens_k[batch];

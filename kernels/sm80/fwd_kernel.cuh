@@ -27,7 +27,8 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const typename Tr::Elem
         smem, gmem, row_stride, rows_valid, head_dim, tid);
 }
 
-template <typename Tr>
+// kPacked: a packed variable-length batch (p.cu_seqlens_q set).
+template <typename Tr, bool kPacked>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     const int lane = tid % 32;
 
     const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked>(p);
 
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t k_smem[2] = {q_smem + Tr::kQBytes, q_smem + Tr::kQBytes + Tr::kKVBytes};

@@ -52,7 +52,8 @@ struct FwdSm90Traits {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
 };
 
-template <typename Tr>
+// kPacked: a packed variable-length batch (p.cu_seqlens_q set).
+template <typename Tr, bool kPacked>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     const int wg_row0 = (warp / 4) * 64;  // this warpgroup's first row in the tile
 
     const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked>(p);
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers

@@ -110,10 +110,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             }
 
             float s[1][Tr::kNTiles][4];
+            const uint32_t q_tile = opaque(q_smem);  // Q's descriptors: rebuilt, not held
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
-                wgmma_ss<Elem, 0, 0>(s[0], desc_k_major<Tr::kBlockM>(q_smem, wg_row0, kk),
+                wgmma_ss<Elem, 0, 0>(s[0], desc_k_major<Tr::kBlockM>(q_tile, wg_row0, kk),
                                      desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, kk), kk > 0);
             wgmma_commit();
             wgmma_wait<0>();

@@ -86,6 +86,14 @@ __device__ __forceinline__ void reg_fence(float (&d)[kN][4])
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
+// Hides a value's origin from the compiler, so that what is built from it in a loop
+// (e.g. shared-memory descriptors) is rebuilt there, not hoisted and kept in registers.
+__device__ __forceinline__ uint32_t opaque(uint32_t x)
+{
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
 // Byte offset of 16-byte chunk `chunk` (8 elements) of row `row` in a panel tile.
 template <int kTileRows>
 __device__ __forceinline__ uint32_t panel_offset(int row, int chunk)

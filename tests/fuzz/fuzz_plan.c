@@ -6,7 +6,8 @@
  * Input layout (missing bytes read as 0):
  *   [0]      flags: bit0 fix problem.struct_size, bit1 fix device.struct_size,
  *                   bit2 XOR the next bytes onto a valid problem/device instead of
- *                        taking them raw (all-zero bytes = a valid H200 problem),
+ *                        taking them raw (all-zero bytes = a valid H200 problem; with
+ *                        a nonzero total_q, a packed one: batch strides 0),
  *                   bit3 the launchers fail (cudaErrorInvalidValue),
  *                   bit4 cudaGetDeviceCount fails, bit5 cudaDeviceGetAttribute fails,
  *                   bit6 cudaGetDevice fails, bit7 the current device (attributes) is the
@@ -28,7 +29,8 @@
  *    cc 9.0 device (the backward in both modes), exactly for the buckets of
  *    the Hopper tables (kernels/sm90/fwd_sm90_tiles.h, bwd_sm90_tiles.h) when the build
  *    defines FA2_WITH_SM90A (tests/fuzz/CMakeLists.txt does), never otherwise.
- *  - fa2_forward / fa2_backward on a successful plan: the status an independent model
+ *  - fa2_forward / fa2_forward_varlen / fa2_backward on a successful plan (a packed one
+ *    included: forward only, through fa2_forward_varlen): the status an independent model
  *    of the documented checks predicts (overlaps in 128-bit arithmetic, the current
  *    device against the plan's kernels); the launcher called exactly when it returns
  *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan (kernel_family
@@ -110,6 +112,23 @@ static int in_bwd_sm90_table(int64_t bucket)
     return found;
 }
 
+/* The tensors as laid out: a packed batch (total_q >= 1) is one sequence of total_q /
+ * total_k rows. */
+static int64_t layout_batch(const fa2_problem_t *q)
+{
+    return q->total_q ? 1 : q->batch;
+}
+
+static int64_t rows_q(const fa2_problem_t *q)
+{
+    return q->total_q ? q->total_q : q->seqlen_q;
+}
+
+static int64_t rows_k(const fa2_problem_t *q)
+{
+    return q->total_q ? q->total_k : q->seqlen_k;
+}
+
 static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                        const fa2_plan_t *pl)
 {
@@ -128,6 +147,7 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(q->deterministic == pr->deterministic);
     CHECK(q->softmax_scale > 0.0f && q->softmax_scale <= FA2_MAX_SOFTMAX_SCALE);
     CHECK(q->reserved0 == 0 && q->reserved1 == 0);
+    CHECK(q->total_q == pr->total_q && q->total_k == pr->total_k);
     CHECK(pl->device.struct_size == sizeof(fa2_device_info_t) &&
           memcmp((const char *)&pl->device + sizeof(size_t), (const char *)dev + sizeof(size_t),
                  sizeof(fa2_device_info_t) - sizeof(size_t)) == 0);
@@ -150,9 +170,18 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         memcpy(&s, (const char *)&q->q_batch_stride + i * sizeof(int64_t), sizeof s);
         CHECK(s >= 0 && s % 8 == 0);
     }
+    /* a packed batch: rows within int32, at least the longest sequence, batch strides 0 */
+    if (q->total_q) {
+        CHECK(q->total_q >= q->seqlen_q && q->total_q <= INT32_MAX);
+        CHECK(q->total_k >= q->seqlen_k && q->total_k <= INT32_MAX);
+        CHECK(!q->q_batch_stride && !q->k_batch_stride && !q->v_batch_stride &&
+              !q->o_batch_stride);
+    } else {
+        CHECK(q->total_k == 0);
+    }
     /* O repeats no address: at least, no zero stride over a dimension of extent > 1 */
-    CHECK(q->batch == 1 || q->o_batch_stride > 0);
-    CHECK(q->seqlen_q == 1 || q->o_seq_stride > 0);
+    CHECK(layout_batch(q) == 1 || q->o_batch_stride > 0);
+    CHECK(rows_q(q) == 1 || q->o_seq_stride > 0);
     CHECK(q->heads_q == 1 || q->o_head_stride > 0);
     /* forward tiles fit the device given */
     CHECK(pl->head_dim_bucket >= q->head_dim && pl->head_dim_bucket <= 256);
@@ -173,7 +202,10 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                             : (pl->bwd_status == FA2_ERROR_SHARED_MEMORY ||
                                pl->bwd_status == FA2_ERROR_INVALID_SIZE ||
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
-                               pl->bwd_status == FA2_ERROR_OVERLAP));
+                               pl->bwd_status == FA2_ERROR_OVERLAP ||
+                               pl->bwd_status == FA2_ERROR_UNSUPPORTED));
+    /* packed batches: forward only */
+    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) == (q->total_q != 0));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
@@ -255,6 +287,9 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_params_t *p)
     CHECK(p->window_right < 0 || (int64_t)p->window_right < q->seqlen_q);
     CHECK(p->softmax_scale == q->softmax_scale);
     CHECK(memcmp(&p->q_batch_stride, &q->q_batch_stride, 12 * sizeof(int64_t)) == 0);
+    CHECK(p->total_q == q->total_q && p->total_k == q->total_k);
+    CHECK(p->stats_batch_stride == (q->total_q ? 0 : q->heads_q * q->seqlen_q));
+    CHECK(p->stats_head_stride == (q->total_q ? q->total_q : q->seqlen_q));
 }
 
 /* [begin, end) of a tensor, in 128-bit arithmetic (an independent model of the
@@ -292,11 +327,11 @@ static int any_overlap(const span_t *out, int n_out, const span_t *in, int n_in)
     return 0;
 }
 
-#define SPAN_Q(p, q) span(p, q->batch, q->seqlen_q, q->heads_q, q->head_dim, q->q_batch_stride, q->q_seq_stride, q->q_head_stride, 2)
-#define SPAN_K(p, q) span(p, q->batch, q->seqlen_k, q->heads_kv, q->head_dim, q->k_batch_stride, q->k_seq_stride, q->k_head_stride, 2)
-#define SPAN_V(p, q) span(p, q->batch, q->seqlen_k, q->heads_kv, q->head_dim, q->v_batch_stride, q->v_seq_stride, q->v_head_stride, 2)
-#define SPAN_O(p, q) span(p, q->batch, q->seqlen_q, q->heads_q, q->head_dim, q->o_batch_stride, q->o_seq_stride, q->o_head_stride, 2)
-#define SPAN_LSE(p, q) span(p, 1, q->batch * q->heads_q * q->seqlen_q, 1, 1, 0, 1, 0, 4)
+#define SPAN_Q(p, q) span(p, layout_batch(q), rows_q(q), q->heads_q, q->head_dim, q->q_batch_stride, q->q_seq_stride, q->q_head_stride, 2)
+#define SPAN_K(p, q) span(p, layout_batch(q), rows_k(q), q->heads_kv, q->head_dim, q->k_batch_stride, q->k_seq_stride, q->k_head_stride, 2)
+#define SPAN_V(p, q) span(p, layout_batch(q), rows_k(q), q->heads_kv, q->head_dim, q->v_batch_stride, q->v_seq_stride, q->v_head_stride, 2)
+#define SPAN_O(p, q) span(p, layout_batch(q), rows_q(q), q->heads_q, q->head_dim, q->o_batch_stride, q->o_seq_stride, q->o_head_stride, 2)
+#define SPAN_LSE(p, q) span(p, 1, layout_batch(q) * q->heads_q * rows_q(q), 1, 1, 0, 1, 0, 4)
 
 /* The status of the current-device check: the shim's device (its attributes) must run
  * the plan's kernels. */
@@ -324,6 +359,8 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
     int launches = 0;
     if (!q || !k || !v || !o)
         want = FA2_ERROR_NULL_POINTER;
+    else if (pr->total_q)
+        want = FA2_ERROR_UNSUPPORTED; /* a packed plan: fa2_forward_varlen's */
     else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
              misaligned(o, 16) || misaligned(lse, 4))
         want = FA2_ERROR_MISALIGNED;
@@ -348,6 +385,52 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
         CHECK(g_shim.fwd.kernel_family == pl->fwd_arch);
         CHECK(!g_shim.fwd.d_o && !g_shim.fwd.dq && !g_shim.fwd.dq_accum);
         CHECK(g_shim.fwd.q == q && g_shim.fwd.o == o && g_shim.fwd.lse == lse);
+        CHECK(!g_shim.fwd.cu_seqlens_q && !g_shim.fwd.cu_seqlens_k && !g_shim.fwd.seqused_k);
+    }
+}
+
+/* fa2_forward_varlen: the same model, plus the offsets (pb[5..7]: cu_seqlens_q,
+ * cu_seqlens_k, seqused_k; 4-byte aligned, the first two required) and a dense plan
+ * refused. */
+static void fuzz_forward_varlen(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails)
+{
+    const fa2_problem_t *pr = &pl->problem;
+    void *q = fake_ptr(pb[0], 0), *k = fake_ptr(pb[1], 1), *v = fake_ptr(pb[2], 2),
+         *o = fake_ptr(pb[3], 3);
+    float *lse = fake_ptr(pb[4], 4);
+    const int32_t *cu_q = fake_ptr(pb[5], 5), *cu_k = fake_ptr(pb[6], 6),
+                  *used = fake_ptr(pb[7], 7);
+    fa2_status_t want = FA2_SUCCESS, got;
+    int launches = 0;
+    if (!q || !k || !v || !o || !cu_q || !cu_k)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (!pr->total_q)
+        want = FA2_ERROR_UNSUPPORTED; /* a dense plan: fa2_forward's */
+    else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
+             misaligned(o, 16) || misaligned(lse, 4) || misaligned(cu_q, 4) ||
+             misaligned(cu_k, 4) || misaligned(used, 4))
+        want = FA2_ERROR_MISALIGNED;
+    else {
+        const span_t out[2] = {SPAN_O(o, pr), SPAN_LSE(lse, pr)};
+        const span_t in[3] = {SPAN_Q(q, pr), SPAN_K(k, pr), SPAN_V(v, pr)};
+        if (any_overlap(out, 2, in, 3))
+            want = FA2_ERROR_OVERLAP;
+        else if ((want = device_status(pl, 0)) == FA2_SUCCESS) {
+            launches = 1;
+            if (launch_fails)
+                want = FA2_ERROR_CUDA;
+        }
+    }
+    g_shim.fwd_calls = 0;
+    got = fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, NULL, 0, NULL);
+    CHECK(got == want);
+    CHECK(g_shim.fwd_calls == launches);
+    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
+    if (g_shim.fwd_calls) {
+        check_fwd_params(pl, &g_shim.fwd);
+        CHECK(g_shim.fwd.kernel_family == pl->fwd_arch);
+        CHECK(g_shim.fwd.cu_seqlens_q == cu_q && g_shim.fwd.cu_seqlens_k == cu_k &&
+              g_shim.fwd.seqused_k == used);
     }
 }
 
@@ -482,6 +565,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const fa2_device_info_t h200 = {sizeof(fa2_device_info_t), 9, 0, 132, 0, 232448,
                                         233472};
         fa2_problem_init(&base, FA2_DTYPE_BF16, 2, 100, 130, 8, 2, 64);
+        if (pr.total_q) /* a packed problem: its batch strides start at 0 */
+            base.q_batch_stride = base.k_batch_stride = base.v_batch_stride =
+                base.o_batch_stride = 0;
         xor_bytes(&base, &pr, sizeof pr);
         pr = base;
         fa2_device_info_t d = h200;
@@ -506,7 +592,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&plan, 0xA5, sizeof plan);
     poison = plan;
     s = fa2_plan(&pr, &dev, &plan);
-    CHECK(s >= FA2_SUCCESS && s <= FA2_ERROR_RESERVED);
+    CHECK(s >= FA2_SUCCESS && s <= FA2_ERROR_UNSUPPORTED);
     if (s != FA2_SUCCESS) {
         CHECK(memcmp(&plan, &poison, sizeof plan) == 0);
         CHECK(fa2_last_error()[0] != '\0');
@@ -514,6 +600,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         check_plan(&pr, &dev, &plan);
         fuzz_forward(&plan, ptrs, flags & 8);
+        fuzz_forward_varlen(&plan, ptrs, flags & 8);
         fuzz_backward(&plan, ptrs, ws_bytes, flags & 8);
         fuzz_edited_plan(&plan, edits);
     }

@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import fa2lib, time_ms  # noqa: E402
+from sdpa_compare import Fa2Forward, fa2lib, time_ms  # noqa: E402
 
 
 def load_binding(directory):
@@ -34,26 +34,6 @@ def load_binding(directory):
     sys.modules["libfa2_base"] = module
     spec.loader.exec_module(module)
     return module
-
-
-class Runner:
-    """A planned forward and backward of one library through its own binding, on raw
-    device pointers of BSHD torch tensors."""
-
-    def __init__(self, binding, lib, q, k, causal):
-        problem = binding.make_problem(q.dtype, q.shape, k.shape, causal=causal, lib=lib)
-        self.plan = lib.plan(problem, torch.cuda.current_device())
-
-    def __call__(self, q, k, v, o, lse=None):
-        self.plan.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                          lse.data_ptr() if lse is not None else None,
-                          stream=torch.cuda.current_stream().cuda_stream)
-
-    def backward(self, q, k, v, o, lse, d_o, dq, dk, dv, workspace):
-        self.plan.backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                           d_o.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                           dv.data_ptr(), workspace.data_ptr(), workspace.numel(),
-                           stream=torch.cuda.current_stream().cuda_stream)
 
 
 def alternate(fns, sets, rounds, iters):
@@ -78,7 +58,8 @@ def shape_case(libs, dt, b, h, s, d, causal, rounds, iters):
         k = torch.randn(b, s, h, d, device="cuda", dtype=dt)
         v = torch.randn(b, s, h, d, device="cuda", dtype=dt)
         sets.append((q, k, v, torch.empty_like(q)))
-    runs = [Runner(binding, lib, sets[0][0], sets[0][1], causal) for binding, lib in libs]
+    runs = [Fa2Forward(lib, sets[0][0], sets[0][1], causal, binding=binding)
+            for binding, lib in libs]
     outs = []
     for run in runs:
         q, k, v, o = sets[0]

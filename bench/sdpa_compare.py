@@ -31,11 +31,12 @@ def load_library(path):
 class Fa2Forward:
     """A planned libfa2 forward (and backward) for BSHD torch tensors q [b, s, h, d],
     k/v [b, s, hkv, d]: an fa2.Plan called on raw device pointers, so that a timed call
-    is the C call and little else."""
+    is the C call and little else. `binding`: the libfa2 Python package that matches
+    `lib` (another tree's, for a library whose structs differ)."""
 
-    def __init__(self, lib, q, k, causal, deterministic=False):
-        problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=causal,
-                                      deterministic=deterministic, lib=lib)
+    def __init__(self, lib, q, k, causal, deterministic=False, binding=fa2lib):
+        problem = binding.make_problem(q.dtype, q.shape, k.shape, causal=causal,
+                                       deterministic=deterministic, lib=lib)
         self.plan = lib.plan(problem, torch.cuda.current_device())
 
     def __call__(self, q, k, v, o, lse=None):

@@ -349,63 +349,24 @@ static fa2_status_t device_status(const fa2_plan_t *pl, int backward)
     return FA2_SUCCESS;
 }
 
-static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails)
+/* fa2_forward (varlen = 0) or fa2_forward_varlen (varlen = 1; the offsets from pb[5..7]:
+ * cu_seqlens_q, cu_seqlens_k, seqused_k, 4-byte aligned, the first two required). Each
+ * refuses the other's plans (dense / packed). */
+static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails, int varlen)
 {
     const fa2_problem_t *pr = &pl->problem;
     void *q = fake_ptr(pb[0], 0), *k = fake_ptr(pb[1], 1), *v = fake_ptr(pb[2], 2),
          *o = fake_ptr(pb[3], 3);
     float *lse = fake_ptr(pb[4], 4);
+    const int32_t *cu_q = varlen ? fake_ptr(pb[5], 5) : NULL,
+                  *cu_k = varlen ? fake_ptr(pb[6], 6) : NULL,
+                  *used = varlen ? fake_ptr(pb[7], 7) : NULL;
     fa2_status_t want = FA2_SUCCESS, got;
     int launches = 0;
-    if (!q || !k || !v || !o)
+    if (!q || !k || !v || !o || (varlen && (!cu_q || !cu_k)))
         want = FA2_ERROR_NULL_POINTER;
-    else if (pr->total_q)
-        want = FA2_ERROR_UNSUPPORTED; /* a packed plan: fa2_forward_varlen's */
-    else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
-             misaligned(o, 16) || misaligned(lse, 4))
-        want = FA2_ERROR_MISALIGNED;
-    else {
-        const span_t out[2] = {SPAN_O(o, pr), SPAN_LSE(lse, pr)};
-        const span_t in[3] = {SPAN_Q(q, pr), SPAN_K(k, pr), SPAN_V(v, pr)};
-        if (any_overlap(out, 2, in, 3))
-            want = FA2_ERROR_OVERLAP;
-        else if ((want = device_status(pl, 0)) == FA2_SUCCESS) {
-            launches = 1;
-            if (launch_fails)
-                want = FA2_ERROR_CUDA;
-        }
-    }
-    g_shim.fwd_calls = 0;
-    got = fa2_forward(pl, q, k, v, o, lse, NULL, 0, NULL);
-    CHECK(got == want);
-    CHECK(g_shim.fwd_calls == launches);
-    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
-    if (g_shim.fwd_calls) {
-        check_fwd_params(pl, &g_shim.fwd);
-        CHECK(g_shim.fwd.kernel_family == pl->fwd_arch);
-        CHECK(!g_shim.fwd.d_o && !g_shim.fwd.dq && !g_shim.fwd.dq_accum);
-        CHECK(g_shim.fwd.q == q && g_shim.fwd.o == o && g_shim.fwd.lse == lse);
-        CHECK(!g_shim.fwd.cu_seqlens_q && !g_shim.fwd.cu_seqlens_k && !g_shim.fwd.seqused_k);
-    }
-}
-
-/* fa2_forward_varlen: the same model, plus the offsets (pb[5..7]: cu_seqlens_q,
- * cu_seqlens_k, seqused_k; 4-byte aligned, the first two required) and a dense plan
- * refused. */
-static void fuzz_forward_varlen(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails)
-{
-    const fa2_problem_t *pr = &pl->problem;
-    void *q = fake_ptr(pb[0], 0), *k = fake_ptr(pb[1], 1), *v = fake_ptr(pb[2], 2),
-         *o = fake_ptr(pb[3], 3);
-    float *lse = fake_ptr(pb[4], 4);
-    const int32_t *cu_q = fake_ptr(pb[5], 5), *cu_k = fake_ptr(pb[6], 6),
-                  *used = fake_ptr(pb[7], 7);
-    fa2_status_t want = FA2_SUCCESS, got;
-    int launches = 0;
-    if (!q || !k || !v || !o || !cu_q || !cu_k)
-        want = FA2_ERROR_NULL_POINTER;
-    else if (!pr->total_q)
-        want = FA2_ERROR_UNSUPPORTED; /* a dense plan: fa2_forward's */
+    else if (!varlen != !pr->total_q)
+        want = FA2_ERROR_UNSUPPORTED; /* the other entry point's plan */
     else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
              misaligned(o, 16) || misaligned(lse, 4) || misaligned(cu_q, 4) ||
              misaligned(cu_k, 4) || misaligned(used, 4))
@@ -422,13 +383,16 @@ static void fuzz_forward_varlen(const fa2_plan_t *pl, const uint8_t *pb, int lau
         }
     }
     g_shim.fwd_calls = 0;
-    got = fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, NULL, 0, NULL);
+    got = varlen ? fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, NULL, 0, NULL)
+                 : fa2_forward(pl, q, k, v, o, lse, NULL, 0, NULL);
     CHECK(got == want);
     CHECK(g_shim.fwd_calls == launches);
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
     if (g_shim.fwd_calls) {
         check_fwd_params(pl, &g_shim.fwd);
         CHECK(g_shim.fwd.kernel_family == pl->fwd_arch);
+        CHECK(!g_shim.fwd.d_o && !g_shim.fwd.dq && !g_shim.fwd.dq_accum);
+        CHECK(g_shim.fwd.q == q && g_shim.fwd.o == o && g_shim.fwd.lse == lse);
         CHECK(g_shim.fwd.cu_seqlens_q == cu_q && g_shim.fwd.cu_seqlens_k == cu_k &&
               g_shim.fwd.seqused_k == used);
     }
@@ -599,8 +563,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(strcmp(fa2_status_string(s), "unknown fa2_status_t") != 0);
     } else {
         check_plan(&pr, &dev, &plan);
-        fuzz_forward(&plan, ptrs, flags & 8);
-        fuzz_forward_varlen(&plan, ptrs, flags & 8);
+        fuzz_forward(&plan, ptrs, flags & 8, 0);
+        fuzz_forward(&plan, ptrs, flags & 8, 1);
         fuzz_backward(&plan, ptrs, ws_bytes, flags & 8);
         fuzz_edited_plan(&plan, edits);
     }

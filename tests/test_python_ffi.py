@@ -365,10 +365,46 @@ class Errors(unittest.TestCase):
 
     def test_new_status_classes(self):
         for cls, code in ((fa2.Fa2Overlap, 17), (fa2.Fa2BadPlan, 18),
-                          (fa2.Fa2DeviceMismatch, 19), (fa2.Fa2Reserved, 20)):
+                          (fa2.Fa2DeviceMismatch, 19), (fa2.Fa2Reserved, 20),
+                          (fa2.Fa2Unsupported, 21)):
             e = fa2.exception_for(code, "m", "fa2_forward")
             self.assertIs(type(e), cls)
             self.assertIn(f"[{fa2.STATUS_NAMES[code]}]", str(e))
+
+    def test_packed_batch(self):
+        """make_varlen_problem / Plan.forward_varlen: the plan (forward only), and the
+        two entry points refusing each other's plans before any CUDA call."""
+        packed = fa2.make_varlen_problem("bf16", 1000, 1200, 8, 2, 64, batch=4,
+                                         max_seqlen_q=512, max_seqlen_k=600, causal=True)
+        self.assertEqual((packed.total_q, packed.total_k, packed.q_batch_stride,
+                          packed.q_seq_stride, packed.k_seq_stride), (1000, 1200, 0, 512, 128))
+        plan = fa2.plan(packed, device())
+        self.assertEqual(plan.bwd_supported, 0)
+        self.assertEqual(plan.bwd_status, 21)
+        a = ALIGNED
+        self.expect(fa2.Fa2Unsupported, "call fa2_forward_varlen", plan.forward, a, a, a, a)
+        self.expect(fa2.Fa2NullPointer, "cu_seqlens_k is NULL", plan.forward_varlen,
+                    a, a, a, a, a, None)
+        self.expect(fa2.Fa2Misaligned, "cu_seqlens_q", plan.forward_varlen,
+                    a, a, a, a, a + 2, a)
+        self.expect(fa2.Fa2Unsupported, "the backward of a packed batch", plan.backward,
+                    a, a, a, a, a, a, a, a, a, a)
+        dense = fa2.plan(problem(), device())
+        self.expect(fa2.Fa2Unsupported, "call fa2_forward", dense.forward_varlen,
+                    a, a, a, a, a, a)
+        bad = fa2.make_varlen_problem("bf16", 100, 1200, 8, 2, 64, batch=4,
+                                      max_seqlen_q=512, max_seqlen_k=600)
+        self.expect(fa2.Fa2InvalidSize, "total_q=100", fa2.plan, bad, device())
+
+    def test_varlen_refusals_before_any_tensor(self):
+        for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),
+                             (dict(softcap=30.0), "softcap=30.0"),
+                             (dict(alibi_slopes=object()), "alibi_slopes"),
+                             (dict(return_attn_probs=True), "return_attn_probs")):
+            with self.assertRaises(fa2.Fa2ShapeError) as cm:
+                fa2.flash_attn_varlen_func(None, None, None, None, None, 1, 1, **kw)
+            self.assertIn(fragment, str(cm.exception))
+            self.assertIn("flash_attn_varlen_func", str(cm.exception))
 
     def test_message_is_per_thread(self):
         try:

@@ -4,7 +4,8 @@ torch.nn.functional.scaled_dot_product_attention computed in float32 from the sa
 inputs; then hostile inputs: out=, lse and gradient tensors of the wrong dtype, shape,
 device, layout or storage (refused, and left untouched), broadcast (expanded) Q, K, V
 under autograd (against float64 on the materialized tensors), seqlen_k = 0, and the
-custom ops under torch.library.opcheck and torch.compile. One line per case:
+custom ops under torch.library.opcheck and torch.compile, and flash_attn_varlen_func
+(packed sequences, forward). One line per case:
 
     PASS bf16 b=2 sq=256 sk=256 hq=8 hkv=8 d=64 causal=0 layout=bshd  o 3.1e-03 dq 4.0e-03 dk ... dv ...
     PASS refused: forward out= uint8 (Fa2ShapeError), nothing written
@@ -15,6 +16,7 @@ SKIP_RETURN_CODE). Run as ctest fa2_python_gpu (label gpu), or by hand:
 
     FA2_LIBRARY=build/libfa2.so python3 tests/test_python_gpu.py
 """
+import itertools
 import os
 import sys
 
@@ -335,6 +337,63 @@ def no_keys_cases():
     return ok_all, len(cases)
 
 
+def varlen_cases():
+    """flash_attn_varlen_func (forward only): packed sequences of lengths 0, 1, 17 and
+    more, q < k and q > k, GQA, causal and windows, seqused_k, against the float32 SDPA
+    reference sequence by sequence; inputs that require grad are refused."""
+    passed = n = 0
+    torch.manual_seed(1)
+    for dt, hq, hkv, d, causal, window, lens, extra in (
+            (torch.bfloat16, 8, 2, 128, True, (-1, -1),
+             [(1, 1), (17, 17), (0, 0), (300, 300), (5, 200)], 0),
+            (torch.float16, 4, 4, 64, False, (32, 8), [(100, 37), (1, 500), (64, 64)], 9),
+            (torch.bfloat16, 4, 1, 256, True, (-1, -1), [(129, 129), (2, 70)], 0)):
+        n += 1
+        cu_q = torch.tensor([0] + list(itertools.accumulate(q for q, _ in lens)),
+                            dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0] + list(itertools.accumulate(k + extra for _, k in lens)),
+                            dtype=torch.int32, device="cuda")
+        used = torch.tensor([k for _, k in lens], dtype=torch.int32, device="cuda")
+        q = torch.randn(int(cu_q[-1]), hq, d, device="cuda", dtype=dt)
+        k = torch.randn(int(cu_k[-1]), hkv, d, device="cuda", dtype=dt)
+        v = torch.randn_like(k)
+        label = (f"varlen {str(dt)[6:]} hq={hq} hkv={hkv} d={d} causal={int(causal)} "
+                 f"window={window} lengths={lens}{' seqused_k' if extra else ''}")
+        try:
+            o = fa2.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(a for a, _ in lens),
+                                           max(b for _, b in lens) + extra, causal=causal,
+                                           window_size=window,
+                                           seqused_k=used if extra else None)
+            torch.cuda.synchronize()
+        except fa2.Fa2Error as e:
+            print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
+            continue
+        worst = 0.0
+        for b, (lq, lk) in enumerate(lens):
+            if lq == 0:
+                continue
+            q0, k0 = int(cu_q[b]), int(cu_k[b])
+            if lk == 0:
+                worst = max(worst, o[q0:q0 + lq].float().abs().max().item())
+                continue
+            ref = reference(q[None, q0:q0 + lq], k[None, k0:k0 + lk], v[None, k0:k0 + lk],
+                            causal, window)[0]
+            worst = max(worst, rel(o[q0:q0 + lq], ref))
+        ok = worst < TOL
+        passed += ok
+        print(f"{'PASS' if ok else 'FAIL'} {label}  worst sequence {worst:.1e}", flush=True)
+    n += 1
+    q = torch.randn(4, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    cu = torch.tensor([0, 4], dtype=torch.int32, device="cuda")
+    try:
+        fa2.flash_attn_varlen_func(q, q, q, cu, cu, 4, 4)
+        print("FAIL varlen with requires_grad: not refused", flush=True)
+    except fa2.Fa2Unsupported as e:
+        passed += 1
+        print(f"PASS refused: varlen with requires_grad ({type(e).__name__})", flush=True)
+    return passed, n
+
+
 def compile_cases():
     """attention() as torch.library custom ops: torch.library.opcheck on both ops
     (schema, fake tensors, autograd registration, AOT dispatch), then a training step
@@ -425,7 +484,7 @@ def main():
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
     total = len(cases) + 1
     for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases,
-                  compile_cases):
+                  varlen_cases, compile_cases):
         passed, n = group()
         failed += n - passed
         total += n

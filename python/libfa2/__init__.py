@@ -42,8 +42,8 @@ import threading
 __all__ = [
     "Fa2Error", "Fa2ShapeError", "Fa2LibraryNotFound", "Problem", "DeviceInfo", "Plan",
     "Library", "load_library", "library", "version", "build_info", "status_string", "device_info",
-    "make_device_info", "make_problem", "plan", "forward", "backward", "attention",
-    "flash_attn_func",
+    "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
+    "attention", "flash_attn_func", "flash_attn_varlen_func",
     "DTYPE_FP16", "DTYPE_BF16", "MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
     "STRUCT_MIRRORS", "plan_for", "repeats_addresses",
 ]
@@ -302,8 +302,10 @@ class Library:
         c.fa2_plan.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(DeviceInfo),
                                ctypes.POINTER(PlanStruct)]
         c.fa2_forward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 6 + [sz, vp]
+        c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 9 + [sz, vp]
         c.fa2_backward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
-        for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_backward"):
+        for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_forward_varlen",
+                  "fa2_backward"):
             getattr(c, f).restype = ctypes.c_int
         # The mirrors must match the library's layout (the library writes struct_size).
         probe = Problem()
@@ -540,6 +542,30 @@ def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strid
     return p
 
 
+def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *, batch,
+                        max_seqlen_q, max_seqlen_k, q_strides=None, k_strides=None,
+                        v_strides=None, o_strides=None, causal=False, window=(-1, -1),
+                        softmax_scale=None, lib=None):
+    """An fa2_problem_t for a packed variable-length batch (fa2_forward_varlen): Q and O
+    [total_q, heads_q, head_dim], K and V [total_k, heads_kv, head_dim], strides (row,
+    head) in elements (None = contiguous); at most `batch` sequences, the longest
+    max_seqlen_q queries and max_seqlen_k keys. fa2_plan validates it."""
+    p = (lib or library()).problem_init(dtype, batch, max_seqlen_q, max_seqlen_k, heads_q,
+                                         heads_kv, head_dim)
+    p.total_q, p.total_k = int(total_q), int(total_k)
+    for n, st, heads in (("q", q_strides, heads_q), ("k", k_strides, heads_kv),
+                         ("v", v_strides, heads_kv), ("o", o_strides, heads_q)):
+        row, head = (int(heads) * int(head_dim), int(head_dim)) if st is None else \
+            (int(st[0]), int(st[1]))
+        setattr(p, f"{n}_batch_stride", 0)
+        setattr(p, f"{n}_seq_stride", row)
+        setattr(p, f"{n}_head_stride", head)
+    p.causal = int(bool(causal))
+    p.window_left, p.window_right = int(window[0]), int(window[1])
+    p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    return p
+
+
 # ---------------------------------------------------------------------------------
 # Plans and calls on raw pointers (or torch tensors).
 # ---------------------------------------------------------------------------------
@@ -590,6 +616,17 @@ class Plan:
         self.lib.check(self.lib.cdll.fa2_forward(
             ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse),
             _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward")
+
+    def forward_varlen(self, q, k, v, o, cu_seqlens_q, cu_seqlens_k, lse=None,
+                       seqused_k=None, workspace=None, workspace_bytes=None, stream=None):
+        """fa2_forward_varlen for a packed plan (make_varlen_problem): the offsets are
+        device int32 arrays (pointers or torch tensors), read on the GPU only."""
+        if workspace_bytes is None:
+            workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) else 0
+        self.lib.check(self.lib.cdll.fa2_forward_varlen(
+            ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse),
+            _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), _ptr(workspace),
+            workspace_bytes, _stream(stream)), "fa2_forward_varlen")
 
     def backward(self, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes=None,
                  stream=None):
@@ -961,6 +998,19 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
     return o
 
 
+def _refuse_unsupported(function, dropout_p, softcap, alibi_slopes, return_attn_probs):
+    """flash-attn arguments libfa2 does not implement, refused by name."""
+    if dropout_p:
+        raise Fa2ShapeError(f"{function}: dropout_p={dropout_p!r}: libfa2 has no "
+                            "dropout (use 0.0)")
+    if softcap:
+        raise Fa2ShapeError(f"{function}: softcap={softcap!r} is not supported (use 0.0)")
+    if alibi_slopes is not None:
+        raise Fa2ShapeError(f"{function}: alibi_slopes is not supported (use None)")
+    if return_attn_probs:
+        raise Fa2ShapeError(f"{function}: return_attn_probs is not supported")
+
+
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                     deterministic=False, return_attn_probs=False):
@@ -968,14 +1018,82 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     written against FlashAttention-2. What libfa2 does not do is refused, naming the
     argument, before any tensor is touched: dropout_p != 0, softcap != 0, alibi_slopes,
     return_attn_probs."""
-    if dropout_p:
-        raise Fa2ShapeError(f"flash_attn_func: dropout_p={dropout_p!r}: libfa2 has no "
-                            "dropout (use 0.0)")
-    if softcap:
-        raise Fa2ShapeError(f"flash_attn_func: softcap={softcap!r} is not supported (use 0.0)")
-    if alibi_slopes is not None:
-        raise Fa2ShapeError("flash_attn_func: alibi_slopes is not supported (use None)")
-    if return_attn_probs:
-        raise Fa2ShapeError("flash_attn_func: return_attn_probs is not supported")
+    _refuse_unsupported("flash_attn_func", dropout_p, softcap, alibi_slopes,
+                        return_attn_probs)
     return attention(q, k, v, causal=causal, window=tuple(window_size),
                      softmax_scale=softmax_scale, deterministic=deterministic)
+
+
+def _check_offsets(name, t, n, device):
+    """A device int32 vector of n values (cu_seqlens_*, seqused_k)."""
+    torch = _torch()
+    if not isinstance(t, torch.Tensor):
+        raise Fa2ShapeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
+    if t.dtype != torch.int32 or t.dim() != 1 or t.numel() != n or not t.is_contiguous():
+        raise Fa2ShapeError(f"{name}: dtype {t.dtype}, shape {tuple(t.shape)}: expected a "
+                            f"contiguous int32 vector of {n} values")
+    if t.device != device:
+        raise Fa2ShapeError(f"{name} is on {t.device}, q on {device}: they must match")
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, *, seqused_k=None,
+                           return_lse=False):
+    """A packed variable-length batch, forward only, in the shape of
+    flash_attn.flash_attn_varlen_func: q [total_q, heads_q, d], k and v [total_k,
+    heads_kv, d] (CUDA, fp16/bf16, head_dim stride 1), cu_seqlens_q / cu_seqlens_k int32
+    [batch + 1] offsets on q's device, max_seqlen_q / max_seqlen_k the longest sequences
+    (host ints: the plan's bounds). seqused_k (int32 [batch]): the keys each sequence
+    uses. Returns o [total_q, heads_q, d], and with return_lse=True also the LSE float32
+    [heads_q, total_q] (natural log). The offsets are read on the GPU only. The backward
+    of packed batches is not there yet: inputs that require grad (with grad enabled) are
+    refused, as are dropout, softcap, ALiBi and returned probabilities."""
+    _refuse_unsupported("flash_attn_varlen_func", dropout_p, softcap, alibi_slopes,
+                        return_attn_probs)
+    torch = _torch()
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise Fa2ShapeError(f"{n}: expected a 3-dim tensor [total, heads, head_dim]")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise Fa2Unsupported("flash_attn_varlen_func: the backward of packed batches is not "
+                             "supported yet; call it under torch.no_grad() or on tensors "
+                             "that do not require grad")
+    # The dense checks, on [1, total, heads, d] views.
+    q4, k4, v4 = (t.unsqueeze(0) if t.stride(-1) == 1 else t.contiguous().unsqueeze(0)
+                  for t in (q, k, v))
+    _check_tensors(q4, k4, v4)
+    batch = cu_seqlens_q.numel() - 1 if isinstance(cu_seqlens_q, torch.Tensor) else 0
+    if batch < 1:
+        raise Fa2ShapeError("cu_seqlens_q: expected batch + 1 >= 2 offsets")
+    _check_offsets("cu_seqlens_q", cu_seqlens_q, batch + 1, q.device)
+    _check_offsets("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
+    if seqused_k is not None:
+        _check_offsets("seqused_k", seqused_k, batch, q.device)
+    q3, k3, v3 = q4[0], k4[0], v4[0]
+    o = torch.empty(q3.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q.device) \
+        if return_lse else None
+    k_c, v_c = (q3 if t.shape[0] == 0 else t for t in (k3, v3))  # no key: q stands in
+    key = ("varlen", q.device.index, str(q.dtype), tuple(q3.shape), q3.stride(),
+           tuple(k3.shape), k_c.stride(), v_c.stride(), batch, int(max_seqlen_q),
+           int(max_seqlen_k), bool(causal), tuple(window_size), softmax_scale)
+    p = _plan_cache.get(key)
+    if p is None:
+        lib = library()
+        problem = make_varlen_problem(
+            q.dtype, q3.shape[0], k3.shape[0], q3.shape[1], k3.shape[1], q3.shape[2],
+            batch=batch, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            q_strides=q3.stride()[:2], k_strides=k_c.stride()[:2],
+            v_strides=v_c.stride()[:2], o_strides=o.stride()[:2], causal=causal,
+            window=window_size, softmax_scale=softmax_scale, lib=lib)
+        p = lib.plan(problem, q.device.index)
+        with _lock:
+            if len(_plan_cache) >= _PLAN_CACHE_MAX:
+                _plan_cache.clear()
+            _plan_cache[key] = p
+    with torch.cuda.device(q.device):
+        p.forward_varlen(q3, k_c, v_c, o, cu_seqlens_q, cu_seqlens_k, lse, seqused_k,
+                         stream=torch.cuda.current_stream(q.device))
+    return (o, lse) if return_lse else o

@@ -256,7 +256,9 @@ typedef struct fa2_plan_t {
  * FA2_ERROR_INVALID_SIZE, FA2_ERROR_SIZE_OVERFLOW, FA2_ERROR_UNSUPPORTED_DTYPE,
  * FA2_ERROR_UNSUPPORTED_HEAD_DIM, FA2_ERROR_HEADS_MISMATCH, FA2_ERROR_BAD_STRIDE,
  * FA2_ERROR_BAD_WINDOW, FA2_ERROR_BAD_SCALE, FA2_ERROR_UNSUPPORTED_DEVICE,
- * FA2_ERROR_SHARED_MEMORY, FA2_ERROR_OVERLAP (O's strides), FA2_ERROR_RESERVED.
+ * FA2_ERROR_SHARED_MEMORY, FA2_ERROR_OVERLAP (O's strides), FA2_ERROR_RESERVED; a packed
+ * batch's total_q / total_k out of range: FA2_ERROR_INVALID_SIZE, its batch strides not 0:
+ * FA2_ERROR_BAD_STRIDE.
  * Pure host code: needs no GPU. */
 FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,
                               fa2_plan_t *plan);
@@ -275,9 +277,10 @@ FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_inf
  * runtime is neither reported nor cleared. Capturable in a CUDA graph: no
  * synchronisation, no allocation.
  * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE (plan not from fa2_plan),
- * FA2_ERROR_BAD_PLAN, FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_MISALIGNED,
- * FA2_ERROR_OVERLAP, FA2_ERROR_WORKSPACE, FA2_ERROR_NO_DEVICE, FA2_ERROR_CUDA (the
- * launch failed; the message carries the CUDA error string). */
+ * FA2_ERROR_BAD_PLAN, FA2_ERROR_UNSUPPORTED (a packed plan: see fa2_forward_varlen),
+ * FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_MISALIGNED, FA2_ERROR_OVERLAP,
+ * FA2_ERROR_WORKSPACE, FA2_ERROR_NO_DEVICE, FA2_ERROR_CUDA (the launch failed; the
+ * message carries the CUDA error string). */
 FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                                  const void *v, void *o, float *lse, void *workspace,
                                  size_t workspace_bytes, void *stream);

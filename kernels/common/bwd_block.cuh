@@ -63,8 +63,9 @@ __device__ __forceinline__ KeyBlock key_block(const fa2_params_t &p)
 // col0 + 8n + 2 (lane % 4)) to the fp32 accumulator of (sequence, head) with float2
 // atomics; rows past seqlen_q and columns past head_dim are skipped.
 template <int kM, int kN>
-__device__ __forceinline__ void add_dq(const fa2_params_t &p, const Sequence &seq, int head, int row0,
-                                       int col0, const float (&dq)[kM][kN][4], int lane)
+__device__ __forceinline__ void add_dq(const fa2_params_t &p, const Sequence &seq, int head,
+                                       int row0, int col0, const float (&dq)[kM][kN][4],
+                                       int lane)
 {
     float *acc = p.dq_accum + stats_row(p, seq, head) * p.head_dim;
 #pragma unroll

@@ -69,8 +69,10 @@ __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_para
     float s = 0.f;
     if (live) {
         const FlatRow r = flat_row(p, rl.row);
-        const uint4 o = *reinterpret_cast<const uint4 *>(o_row<Elem>(p, sequence<false>(p, r.batch), r.head, r.row) + rl.col);
-        const uint4 d_o = *reinterpret_cast<const uint4 *>(do_row<Elem>(p, sequence<false>(p, r.batch), r.head, r.row) + rl.col);
+        const Sequence seq = sequence<false>(p, r.batch);
+        const uint4 o = *reinterpret_cast<const uint4 *>(o_row<Elem>(p, seq, r.head, r.row) + rl.col);
+        const uint4 d_o =
+            *reinterpret_cast<const uint4 *>(do_row<Elem>(p, seq, r.head, r.row) + rl.col);
         if (p.dq_accum) {
             float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + rl.row * p.head_dim + rl.col);
             acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_pa
     out.y = pack2<Elem>(a.z * s, a.w * s);
     out.z = pack2<Elem>(b.x * s, b.y * s);
     out.w = pack2<Elem>(b.z * s, b.w * s);
-    *reinterpret_cast<uint4 *>(dq_row<Elem>(p, sequence<false>(p, r.batch), r.head, r.row) + rl.col) = out;
+    const Sequence seq = sequence<false>(p, r.batch);
+    *reinterpret_cast<uint4 *>(dq_row<Elem>(p, seq, r.head, r.row) + rl.col) = out;
 }
 
 }  // namespace fa2

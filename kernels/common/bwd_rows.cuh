@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_para
     if (live) {
         const FlatRow r = flat_row(p, rl.row);
         const Sequence seq = sequence<false>(p, r.batch);
-        const uint4 o = *reinterpret_cast<const uint4 *>(o_row<Elem>(p, seq, r.head, r.row) + rl.col);
+        const uint4 o =
+            *reinterpret_cast<const uint4 *>(o_row<Elem>(p, seq, r.head, r.row) + rl.col);
         const uint4 d_o =
             *reinterpret_cast<const uint4 *>(do_row<Elem>(p, seq, r.head, r.row) + rl.col);
         if (p.dq_accum) {

@@ -10,7 +10,8 @@
  * Options per case: seqused_k (sequences use fewer keys than cu_seqlens_k holds),
  * padding sequences of length 0, planned maxima above the actual lengths, a sequence
  * past the planned maxima (skipped: its rows stay poisoned), and planning for a 99 KiB
- * device (the mma.sync kernels instead of the Hopper ones on the H200).
+ * device (the mma.sync kernels instead of the Hopper ones on the H200). Then the
+ * accepted limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows.
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped). */
 #include <inttypes.h>
@@ -247,6 +248,167 @@ static const varlen_case_t cases[] = {
      {50, 0, 400, 0, 0, 20}, {50, 0, 400, 0, 0, 20}, 0, 0, 2, 0},
 };
 
+/* ---- the accepted limits: total_q, total_k = 2^31 - 1 --------------------------------- */
+
+typedef struct limit_case_t {
+    const char *name;
+    int64_t head_dim;          /* 8: the mma.sync kernels; 64: the Hopper ones on sm_90 */
+    int64_t total_q, total_k;  /* rows of Q/O and K/V */
+    int64_t max_q;             /* the planned longest query sequence */
+    int n;
+    int64_t cu_q[4];           /* query offsets; a sequence longer than max_q is skipped */
+    int64_t k0[3], len_k[3];   /* each sequence's first key row and key count (seqused_k) */
+} limit_case_t;
+
+/* A packed batch at the largest total_q or total_k fa2_plan accepts, with sequences
+ * at the very end of the rows. Q, K and V repeat one random row (row stride 0), so every
+ * score of a row is the same: O = v and LSE = s + ln(keys the row sees), exactly
+ * computable. O and the LSE (poisoned) are real: rows outside the sequences must stay
+ * poisoned (a skipped sequence's and the spare rows, sampled). V's values are signed
+ * powers of two, so that a sum of 2^22 of them is exact in fp32. Causal, bottom-right. */
+static int run_limit_case(long index, const limit_case_t *c)
+{
+    const int64_t d = c->head_dim, n_o = c->total_q * d;
+    int64_t max_k = 0, len_q[3];
+    int32_t cu_q[4], cu_k[4], used[3];
+    for (int b = 0; b < c->n; ++b) {
+        len_q[b] = c->cu_q[b + 1] - c->cu_q[b];
+        max_k = c->len_k[b] > max_k ? c->len_k[b] : max_k;
+        cu_q[b] = (int32_t)c->cu_q[b];
+        cu_k[b] = (int32_t)c->k0[b];
+        used[b] = (int32_t)c->len_k[b];
+    }
+    cu_q[c->n] = (int32_t)c->cu_q[c->n];
+    cu_k[c->n] = (int32_t)(c->k0[c->n - 1] + c->len_k[c->n - 1]);
+    printf("case %ld: limit %s: total_q=%" PRId64 " total_k=%" PRId64 " d=%" PRId64, index,
+           c->name, c->total_q, c->total_k, d);
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, c->n, c->max_q, max_k, 1, 1, d);
+    p.total_q = c->total_q;
+    p.total_k = c->total_k;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+    p.q_seq_stride = p.k_seq_stride = p.v_seq_stride = 0; /* one row, repeated */
+    p.causal = 1;
+    fa2_plan_t plan;
+    fa2_status_t st = fa2_plan(&p, &g_info, &plan);
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_plan: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
+        return 0;
+    }
+    printf(" [sm%d %dx%d]", (int)plan.fwd_arch, (int)plan.block_m, (int)plan.block_n);
+    const size_t o_bytes = 2 * (size_t)n_o, lse_bytes = 4 * (size_t)c->total_q;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess ||
+        (double)free_b < (double)(o_bytes + lse_bytes) + (double)(1ull << 30)) {
+        printf(" : SKIP (needs %.1f GiB + 1 GiB, %.1f GiB free)\n",
+               (double)(o_bytes + lse_bytes) / (1ull << 30), (double)free_b / (1ull << 30));
+        return 1;
+    }
+    oracle_rng_t rng = case_rng(g_seed, index);
+    float qv[64], kv[64], vv[64];
+    uint16_t qb[64], kb[64], vb[64];
+    fill(qv, qb, d, &rng, FA2_DTYPE_BF16);
+    fill(kv, kb, d, &rng, FA2_DTYPE_BF16);
+    for (int64_t x = 0; x < d; ++x) { /* signed powers of two: sums of up to 2^22 exact */
+        const uint64_t r = oracle_rng_next(&rng);
+        vv[x] = ldexpf(r & 1 ? -1.0f : 1.0f, (int)((r >> 1) % 5) - 2);
+        vb[x] = oracle_bits_from_float(vv[x], FA2_DTYPE_BF16);
+    }
+    double s = 0.0; /* the one score: scale * q.k */
+    for (int64_t x = 0; x < d; ++x)
+        s += (double)qv[x] * kv[x];
+    s *= oracle_softmax_scale(&p);
+    void *dq = upload(qb, 2 * (size_t)d), *dk = upload(kb, 2 * (size_t)d),
+         *dv = upload(vb, 2 * (size_t)d), *d_o = upload(NULL, o_bytes);
+    float *dlse = upload(NULL, lse_bytes);
+    int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dcu_k = upload(cu_k, sizeof cu_k),
+            *dused = upload(used, sizeof used);
+    int pass = 0;
+    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k, dused, NULL, 0, NULL);
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
+               fa2_last_error());
+        goto cleanup;
+    }
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    int64_t o_bad = 0, lse_bad = 0, poison_lost = 0;
+    uint16_t row[64];
+    float lse;
+    for (int b = 0; b < c->n; ++b) { /* every row of every sequence */
+        const int skipped = len_q[b] > c->max_q; /* past the plan: nothing written */
+        for (int64_t i = 0; i < len_q[b]; i += skipped ? len_q[b] / 3 : 1) {
+            const int64_t r = c->cu_q[b] + i;
+            uint32_t lse_bits;
+            assert_int_equal(cudaMemcpy(row, (uint16_t *)d_o + r * d, 2 * (size_t)d,
+                                        cudaMemcpyDeviceToHost),
+                             cudaSuccess);
+            assert_int_equal(cudaMemcpy(&lse, dlse + r, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            if (skipped) {
+                memcpy(&lse_bits, &lse, 4);
+                poison_lost += lse_bits != 0xFFFFFFFFu;
+                for (int64_t x = 0; x < d; ++x)
+                    poison_lost += row[x] != 0xFFFFu;
+                continue;
+            }
+            const int64_t seen = i + c->len_k[b] - len_q[b] + 1; /* causal, bottom-right */
+            const double want = seen > 0 ? s + log((double)seen) : -INFINITY;
+            lse_bad += seen > 0 ? !(fabs(lse - want) <= LSE_TOL * fmax(1.0, fabs(want)))
+                                : !(isinf(lse) && lse < 0);
+            for (int64_t x = 0; x < d; ++x) {
+                const double got = oracle_float_from_bits(row[x], FA2_DTYPE_BF16);
+                const double w = seen > 0 ? vv[x] : 0.0;
+                o_bad += !(fabs(got - w) <= 0x1p-8 * fabs(w) + 1e-6);
+            }
+        }
+    }
+    /* rows past the last offset (spare rows) stay poisoned too */
+    for (int64_t r = c->cu_q[c->n]; r < c->total_q; r += (c->total_q - c->cu_q[c->n]) / 3 + 1) {
+        uint32_t lse_bits;
+        assert_int_equal(cudaMemcpy(row, (uint16_t *)d_o + r * d, 2 * (size_t)d,
+                                    cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(&lse_bits, dlse + r, 4, cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        poison_lost += lse_bits != 0xFFFFFFFFu;
+        for (int64_t x = 0; x < d; ++x)
+            poison_lost += row[x] != 0xFFFFu;
+    }
+    pass = o_bad == 0 && lse_bad == 0 && poison_lost == 0;
+    printf(" : o_bad=%" PRId64 " lse_bad=%" PRId64 " written_outside=%" PRId64 " %s\n", o_bad,
+           lse_bad, poison_lost, pass ? "PASS" : "FAIL");
+
+cleanup:
+    fflush(stdout);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse);
+    cudaFree(dcu_q), cudaFree(dcu_k), cudaFree(dused);
+    return pass;
+}
+
+#define MAX_ROWS INT32_MAX
+
+/* name, d, total_q, total_k, max_q, n, cu_q, k0, len_k */
+static const limit_case_t limit_cases[] = {
+    /* Q and O at 2^31 - 1 rows (O: 32 GiB at d = 8), the last sequence ending on the last
+     * row and the one before it too long for the plan (skipped); K/V at their limit too,
+     * the last sequence's keys ending on the last key row, FA2_MAX_SEQLEN of them */
+    {"rows of Q and K", 8, MAX_ROWS, MAX_ROWS, 1000, 3, {0, 17, MAX_ROWS - 1000, MAX_ROWS},
+     {0, 40, MAX_ROWS - FA2_MAX_SEQLEN}, {40, 0, FA2_MAX_SEQLEN}},
+    /* K/V at 2^31 - 1 rows on the Hopper kernels (d = 64), Q small with spare rows */
+    {"rows of K, Hopper kernels", 64, 2000, MAX_ROWS, 1000, 2, {0, 300, 1300},
+     {0, MAX_ROWS - 5000}, {300, 5000}},
+};
+
+static void test_packed_limits(void **state)
+{
+    (void)state;
+    long failed = 0, run = 0;
+    for (size_t i = 0; i < sizeof limit_cases / sizeof limit_cases[0]; ++i)
+        if (g_only < 0 || g_only == 200 + (long)i)
+            failed += !run_limit_case(200 + (long)i, &limit_cases[i]), ++run;
+    printf("%ld of %ld limit cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    assert_int_equal(failed, 0);
+}
+
 static void test_varlen_matches_oracle(void **state)
 {
     (void)state;
@@ -265,6 +427,7 @@ int main(void)
         return setup;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_matches_oracle),
+        cmocka_unit_test(test_packed_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,11 +143,28 @@ int fa2_bwd_workspace_layout(const fa2_problem_t *problem, int dq_by_atomics,
 
 /* The kernel parameters of a validated plan and its forward tensors (the backward then
  * adds its own and its kernel family). */
+/* A problem's tensors as [batch, rows, heads, head_dim] with its strides: a dense batch
+ * as given; a packed one as one sequence of total_q (Q, O) or total_k (K, V) rows. */
+typedef struct fa2_layout_dims_t {
+    int64_t batch, rows;
+} fa2_layout_dims_t;
+
+static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int queries)
+{
+    fa2_layout_dims_t d;
+    if (!pr->total_q)
+        d.batch = pr->batch, d.rows = queries ? pr->seqlen_q : pr->seqlen_k;
+    else
+        d.batch = 1, d.rows = queries ? pr->total_q : pr->total_k;
+    return d;
+}
+
 /* Rows of the LSE (and of the backward's per-row statistics): batch * heads_q *
  * seqlen_q, or heads_q * total_q for a packed batch. Validated sizes: fits. */
 static inline int64_t fa2_lse_rows(const fa2_problem_t *pr)
 {
-    return pr->total_q ? pr->heads_q * pr->total_q : pr->batch * pr->heads_q * pr->seqlen_q;
+    const fa2_layout_dims_t q = fa2_layout_dims(pr, 1);
+    return q.batch * pr->heads_q * q.rows;
 }
 
 struct fa2_params_t;

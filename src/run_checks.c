@@ -120,14 +120,12 @@ fa2_span_t fa2_layout_span(const fa2_problem_t *pr, fa2_layout_t layout, const c
     default: bs = pr->o_batch_stride, ss = pr->o_seq_stride, hs = pr->o_head_stride; break;
     }
     const int queries = layout == FA2_LAYOUT_Q || layout == FA2_LAYOUT_O;
-    /* a packed batch: its rows; every batch stride is 0 */
-    const int64_t seq = pr->total_q ? (queries ? pr->total_q : pr->total_k)
-                                    : (queries ? pr->seqlen_q : pr->seqlen_k);
+    const fa2_layout_dims_t dims = fa2_layout_dims(pr, queries);
     const int64_t heads = queries ? pr->heads_q : pr->heads_kv;
     fa2_span_t span = {name, (uintptr_t)ptr, (uintptr_t)ptr};
-    if (seq > 0) /* batch and heads are >= 1 */
-        span.end += (uintptr_t)(((pr->batch - 1) * bs + (seq - 1) * ss + (heads - 1) * hs +
-                                 pr->head_dim) * 2);
+    if (dims.rows > 0) /* batch and heads are >= 1 */
+        span.end += (uintptr_t)(((dims.batch - 1) * bs + (dims.rows - 1) * ss +
+                                 (heads - 1) * hs + pr->head_dim) * 2);
     return span;
 }
 

@@ -232,36 +232,33 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
 
     if ((s = check_packed(p)))
         return s;
-    /* The tensors as laid out: a packed batch is one sequence of total_q / total_k rows
-     * (its batch strides are 0). */
-    const int64_t layout_batch = p->total_q ? 1 : p->batch;
-    const int64_t rows_q = p->total_q ? p->total_q : p->seqlen_q;
-    const int64_t rows_k = p->total_q ? p->total_k : p->seqlen_k;
+    /* The tensors as laid out (a packed batch: its rows). */
+    const fa2_layout_dims_t qd = fa2_layout_dims(p, 1), kd = fa2_layout_dims(p, 0);
 
     /* Sizes are now in range and strides non-negative: the checked helpers apply. */
-    if ((s = check_extent("q", layout_batch, rows_q, p->heads_q, p->head_dim,
+    if ((s = check_extent("q", qd.batch, qd.rows, p->heads_q, p->head_dim,
                           p->q_batch_stride, p->q_seq_stride, p->q_head_stride, 2)) ||
-        (s = check_extent("k", layout_batch, rows_k, p->heads_kv, p->head_dim,
+        (s = check_extent("k", kd.batch, kd.rows, p->heads_kv, p->head_dim,
                           p->k_batch_stride, p->k_seq_stride, p->k_head_stride, 2)) ||
-        (s = check_extent("v", layout_batch, rows_k, p->heads_kv, p->head_dim,
+        (s = check_extent("v", kd.batch, kd.rows, p->heads_kv, p->head_dim,
                           p->v_batch_stride, p->v_seq_stride, p->v_head_stride, 2)) ||
-        (s = check_extent("o", layout_batch, rows_q, p->heads_q, p->head_dim,
+        (s = check_extent("o", qd.batch, qd.rows, p->heads_q, p->head_dim,
                           p->o_batch_stride, p->o_seq_stride, p->o_head_stride, 2)))
         return s;
-    if (!fa2_layout_is_distinct(layout_batch, rows_q, p->heads_q, p->head_dim,
+    if (!fa2_layout_is_distinct(qd.batch, qd.rows, p->heads_q, p->head_dim,
                                 p->o_batch_stride, p->o_seq_stride, p->o_head_stride))
         return fa2_fail(FA2_ERROR_OVERLAP,
                         "o: strides %" PRId64 "/%" PRId64 "/%" PRId64 " (batch/seq/head) "
                         "give two elements of O one address (batch=%" PRId64
                         " rows=%" PRId64 " heads_q=%" PRId64 " head_dim=%" PRId64 ")",
-                        p->o_batch_stride, p->o_seq_stride, p->o_head_stride, layout_batch,
-                        rows_q, p->heads_q, p->head_dim);
-    if (!fa2_mul_i64(layout_batch, p->heads_q, &n) || !fa2_mul_i64(n, rows_q, &n) ||
+                        p->o_batch_stride, p->o_seq_stride, p->o_head_stride, qd.batch,
+                        qd.rows, p->heads_q, p->head_dim);
+    if (!fa2_mul_i64(qd.batch, p->heads_q, &n) || !fa2_mul_i64(n, qd.rows, &n) ||
         !fa2_mul_i64(n, 4, &n))
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "lse: batch=%" PRId64 " * heads_q=%" PRId64 " * rows=%" PRId64
                         " float32 values overflow int64 bytes",
-                        layout_batch, p->heads_q, rows_q);
+                        qd.batch, p->heads_q, qd.rows);
 
     if (p->deterministic != 0 && p->deterministic != 1)
         return fa2_fail(FA2_ERROR_INVALID_SIZE, "deterministic=%d is not 0 or 1",

@@ -1,5 +1,6 @@
-/* Every rejection of fa2_plan, fa2_forward, fa2_backward and fa2_device_info_query in
- * one loop: each case breaks one thing, expects its status and a message naming it,
+/* Every rejection of fa2_plan, fa2_forward, fa2_forward_varlen, fa2_backward and
+ * fa2_device_info_query in one loop: each case breaks one thing, expects its status and
+ * a message naming it,
  * and checks that every output the call could write (the plan; O and LSE; dQ, dK, dV
  * and the workspace; the device info), poisoned beforehand, is byte-identical
  * afterwards. All of these fail before any CUDA call, so host buffers stand in for
@@ -427,6 +428,80 @@ static void test_device_query_rejections(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* ---- packed batches: fa2_plan's packed fields, fa2_forward_varlen ----------------------- */
+
+static _Alignas(16) int32_t g_offsets[16];
+
+/* The base problem as a packed batch: 2 sequences, rows 12 of Q and 16 of K/V. */
+static fa2_problem_t packed_base(void)
+{
+    fa2_problem_t p = base();
+    p.total_q = 12;
+    p.total_k = 16;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+    return p;
+}
+
+static int expect_varlen_fail(const char *what, const fa2_plan_t *plan, const void *o,
+                              const int32_t *cu_q, const int32_t *cu_k, fa2_status_t want,
+                              const char *says)
+{
+    for (int i = 0; i < N_OUTPUTS; ++i)
+        memset(g_outputs[i], 0xEE, BUF);
+    const fa2_status_t s = fa2_forward_varlen(plan, g_q, g_k, g_v, (void *)o,
+                                              (float *)(void *)g_lse, cu_q, cu_k, NULL, NULL,
+                                              0, NULL);
+    const char *m = fa2_last_error();
+    int written = 0;
+    for (int i = 0; i < N_OUTPUTS; ++i)
+        for (size_t t = 0; t < BUF; ++t)
+            written |= g_outputs[i][t] != 0xEE;
+    const int ok = s == want && strstr(m, says) && !written;
+    printf("reject %3d: fa2_forward_varlen %-40s -> %s \"%s\"%s %s\n", ++g_case, what,
+           fa2_status_string(s), m, written ? " [wrote an output]" : "", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+static void test_packed_rejections(void **state)
+{
+    (void)state;
+    int failed = 0;
+    const fa2_device_info_t d = h200();
+    fa2_problem_t p = packed_base();
+    fa2_plan_t packed;
+    assert_int_equal(fa2_plan(&p, &d, &packed), FA2_SUCCESS);
+    p = packed_base(), p.total_q = 4; /* below seqlen_q = 5 */
+    failed += !expect_plan_fail("total_q below seqlen_q", &p, &d, 0, FA2_ERROR_INVALID_SIZE,
+                                "total_q=4");
+    p = packed_base(), p.total_k = I32MAX + 1;
+    failed += !expect_plan_fail("total_k past 2^31 - 1", &p, &d, 0, FA2_ERROR_INVALID_SIZE,
+                                "total_k=2147483648");
+    p = packed_base(), p.o_batch_stride = 64;
+    failed += !expect_plan_fail("packed with o_batch_stride=64", &p, &d, 0,
+                                FA2_ERROR_BAD_STRIDE, "batch strides 0");
+    p = base(), p.total_k = 16;
+    failed += !expect_plan_fail("total_k without total_q", &p, &d, 0, FA2_ERROR_INVALID_SIZE,
+                                "total_k=16");
+    const int32_t *cu = g_offsets;
+    failed += !expect_varlen_fail("cu_seqlens_q=NULL", &packed, g_o, NULL, cu,
+                                  FA2_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
+    failed += !expect_varlen_fail("cu_seqlens_k=NULL", &packed, g_o, cu, NULL,
+                                  FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
+    failed += !expect_varlen_fail("cu_seqlens_k misaligned (+2)", &packed, g_o, cu,
+                                  (const int32_t *)MIS(g_offsets, 2), FA2_ERROR_MISALIGNED,
+                                  "cu_seqlens_k");
+    failed += !expect_varlen_fail("a dense plan", &g_plan, g_o, cu, cu, FA2_ERROR_UNSUPPORTED,
+                                  "call fa2_forward");
+    failed += !expect_varlen_fail("o overlaps q", &packed, g_q, cu, cu, FA2_ERROR_OVERLAP,
+                                  "o [");
+    /* and fa2_forward given the packed plan */
+    call_t c = good();
+    c.plan = &packed;
+    failed += !expect_call_fail(0, "a packed plan", c, FA2_ERROR_UNSUPPORTED,
+                                "call fa2_forward_varlen");
+    assert_int_equal(failed, 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -446,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_plan_rejections),
         cmocka_unit_test(test_forward_rejections),
         cmocka_unit_test(test_backward_rejections),
+        cmocka_unit_test(test_packed_rejections),
         cmocka_unit_test(test_device_query_rejections),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -71,7 +71,7 @@ typedef enum fa2_status_t {
                                             was made for */
     FA2_ERROR_RESERVED = 20,             /* a reserved field is not zero */
     FA2_ERROR_UNSUPPORTED = 21           /* a combination this version does not run (yet),
-                                            e.g. the backward of a packed batch */
+                                            e.g. a packed plan given to fa2_forward */
 } fa2_status_t;
 
 /* Limits that fa2_plan enforces (every accepted value runs correctly; see
@@ -190,8 +190,10 @@ typedef struct fa2_problem_t {
  * offset). Masks and windows apply per sequence, bottom-right aligned. LSE: float32
  * [heads_q, total_q], natural log: row r of the packed Q, head h, at h * total_q + r.
  * A sequence whose offsets or lengths leave these bounds is skipped (its O and LSE
- * rows are not written); the offsets are not otherwise checked yet. Not supported
- * yet: the backward (plan->bwd_status = FA2_ERROR_UNSUPPORTED) and a paged KV cache. */
+ * rows, and in the backward its dQ, dK and dV rows, are not written); the offsets are
+ * not otherwise checked yet. The backward: fa2_backward_varlen with the forward's
+ * offsets; it writes dQ rows that belong to no sequence (e.g. spare rows past the last
+ * offset) as 0. Not supported yet: a paged KV cache. */
 
 /* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
  * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1, deterministic = 0.
@@ -329,6 +331,18 @@ FA2_API fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const v
                                   const void *v, const void *o, const void *d_o,
                                   const float *lse, void *dq, void *dk, void *dv,
                                   void *workspace, size_t workspace_bytes, void *stream);
+
+/* fa2_backward for a packed variable-length batch: the same tensors laid out as
+ * packed rows, and the forward's cu_seqlens_q, cu_seqlens_k and seqused_k (see
+ * fa2_forward_varlen). The same checks and statuses as fa2_backward and
+ * fa2_forward_varlen; fa2_backward refuses a packed plan with FA2_ERROR_UNSUPPORTED. */
+FA2_API fa2_status_t fa2_backward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
+                                         const void *v, const void *o, const void *d_o,
+                                         const float *lse, void *dq, void *dk, void *dv,
+                                         const int32_t *cu_seqlens_q,
+                                         const int32_t *cu_seqlens_k,
+                                         const int32_t *seqused_k, void *workspace,
+                                         size_t workspace_bytes, void *stream);
 
 #ifdef __cplusplus
 }

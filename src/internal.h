@@ -89,6 +89,22 @@ int fa2_layout_is_distinct(int64_t batch, int64_t seq, int64_t heads, int64_t he
 /* FA2_SUCCESS, or FA2_ERROR_MISALIGNED naming `name` when ptr % align != 0. */
 fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align);
 
+/* A packed batch's offsets, device int32 arrays (fa2_forward_varlen, fa2_backward_varlen);
+ * a dense call passes none. */
+typedef struct fa2_seq_offsets_t {
+    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
+} fa2_seq_offsets_t;
+
+/* For a call with `offsets` (NULL: a dense call): cu_seqlens_q and cu_seqlens_k given
+ * (FA2_ERROR_NULL_POINTER). Checked with the other pointers, before the plan. */
+fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets);
+
+/* After the plan's own checks: the entry point suits the plan, a dense call a dense
+ * plan and a packed call a packed one (FA2_ERROR_UNSUPPORTED, naming `dense_call` or
+ * `packed_call`, the one to use), and the offsets are 4-byte aligned. */
+fa2_status_t fa2_check_entry_point(const fa2_plan_t *plan, const fa2_seq_offsets_t *offsets,
+                                   const char *dense_call, const char *packed_call);
+
 /* 1 when the backward of a plan sums dQ with fp32 atomics in the workspace's
  * accumulator: default mode, except Hopper split rows (their dQ kernel needs none). */
 int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket);
@@ -151,8 +167,11 @@ static inline int64_t fa2_lse_rows(const fa2_problem_t *pr)
 }
 
 struct fa2_params_t;
+/* The kernels' parameters from a checked plan and the call's tensors and offsets
+ * (NULL for a dense call). */
 void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,
-                     void *o, float *lse, struct fa2_params_t *p);
+                     void *o, float *lse, const fa2_seq_offsets_t *offsets,
+                     struct fa2_params_t *p);
 
 /* Checked int64 arithmetic for non-negative operands: *out = a*b (a+b); returns 0
  * instead of overflowing, leaving *out untouched. */

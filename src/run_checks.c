@@ -156,3 +156,28 @@ fa2_status_t fa2_check_disjoint(const fa2_span_t *outputs, int n_outputs,
     }
     return FA2_SUCCESS;
 }
+
+fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets)
+{
+    if (offsets && !offsets->cu_seqlens_q)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
+    if (offsets && !offsets->cu_seqlens_k)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_check_entry_point(const fa2_plan_t *plan, const fa2_seq_offsets_t *offsets,
+                                   const char *dense_call, const char *packed_call)
+{
+    fa2_status_t s;
+    if (!offsets != !plan->problem.total_q)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "%s: the plan is for a %s batch (total_q=%" PRId64 "): call %s",
+                        offsets ? packed_call : dense_call, offsets ? "dense" : "packed",
+                        plan->problem.total_q, offsets ? dense_call : packed_call);
+    if (offsets && ((s = fa2_check_align("cu_seqlens_q", offsets->cu_seqlens_q, 4)) ||
+                    (s = fa2_check_align("cu_seqlens_k", offsets->cu_seqlens_k, 4)) ||
+                    (s = fa2_check_align("seqused_k", offsets->seqused_k, 4))))
+        return s;
+    return FA2_SUCCESS;
+}

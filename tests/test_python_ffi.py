@@ -372,22 +372,21 @@ class Errors(unittest.TestCase):
             self.assertIn(f"[{fa2.STATUS_NAMES[code]}]", str(e))
 
     def test_packed_batch(self):
-        """make_varlen_problem / Plan.forward_varlen: the plan (forward only), and the
-        two entry points refusing each other's plans before any CUDA call."""
+        """make_varlen_problem / Plan.forward_varlen: the plan, and the dense and packed
+        entry points refusing each other's plans before any CUDA call."""
         packed = fa2.make_varlen_problem("bf16", 1000, 1200, 8, 2, 64, batch=4,
                                          max_seqlen_q=512, max_seqlen_k=600, causal=True)
         self.assertEqual((packed.total_q, packed.total_k, packed.q_batch_stride,
                           packed.q_seq_stride, packed.k_seq_stride), (1000, 1200, 0, 512, 128))
         plan = fa2.plan(packed, device())
-        self.assertEqual(plan.bwd_supported, 0)
-        self.assertEqual(plan.bwd_status, 21)
+        self.assertEqual(plan.bwd_supported, 1)
         a = ALIGNED
         self.expect(fa2.Fa2Unsupported, "call fa2_forward_varlen", plan.forward, a, a, a, a)
         self.expect(fa2.Fa2NullPointer, "cu_seqlens_k is NULL", plan.forward_varlen,
                     a, a, a, a, a, None)
         self.expect(fa2.Fa2Misaligned, "cu_seqlens_q", plan.forward_varlen,
                     a, a, a, a, a + 2, a)
-        self.expect(fa2.Fa2Unsupported, "the backward of a packed batch", plan.backward,
+        self.expect(fa2.Fa2Unsupported, "call fa2_backward_varlen", plan.backward,
                     a, a, a, a, a, a, a, a, a, a)
         dense = fa2.plan(problem(), device())
         self.expect(fa2.Fa2Unsupported, "call fa2_forward", dense.forward_varlen,

@@ -618,8 +618,8 @@ static void test_forward_null(void **state)
                "o is NULL");
 }
 
-/* A packed variable-length batch: its plan (forward only), the fields' checks, and the
- * two entry points refusing each other's plans before any CUDA call. */
+/* A packed variable-length batch: its plan, the fields' checks, and the dense and
+ * packed entry points refusing each other's plans before any CUDA call. */
 static fa2_problem_t packed(void)
 {
     fa2_problem_t p = base();
@@ -639,8 +639,7 @@ static void test_packed_batch(void **state)
     (void)state;
     EXPECT_OK(&p, &d);
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.bwd_supported, 0);
-    assert_int_equal(pl.bwd_status, FA2_ERROR_UNSUPPORTED);
+    assert_int_equal(pl.bwd_supported, 1);
     p.k_batch_stride = 64;
     EXPECT_FAIL(&p, &d, FA2_ERROR_BAD_STRIDE, "packed batch", "k 64");
     p = packed();
@@ -667,6 +666,14 @@ static void test_packed_batch(void **state)
     EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, cu, (const int32_t *)PTR(0x2002),
                                   NULL, NULL, 0, NULL),
                FA2_ERROR_MISALIGNED, "cu_seqlens_k");
+    EXPECT_FWD(fa2_backward(&pl, a, a, a, a, a, (const float *)a, a, a, a, a, 1 << 30, NULL),
+               FA2_ERROR_UNSUPPORTED, "call fa2_backward_varlen");
+    EXPECT_FWD(fa2_backward_varlen(&dense, a, a, a, a, a, (const float *)a, a, a, a, cu, cu,
+                                   NULL, a, 1 << 30, NULL),
+               FA2_ERROR_UNSUPPORTED, "call fa2_backward");
+    EXPECT_FWD(fa2_backward_varlen(&pl, a, a, a, a, a, (const float *)a, a, a, a, cu, NULL,
+                                   NULL, a, 1 << 30, NULL),
+               FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
 }
 
 static void test_forward_struct_size(void **state)

@@ -1,4 +1,5 @@
-/* fa2_forward_varlen on the GPU against the double oracle, sequence by sequence.
+/* fa2_forward_varlen and fa2_backward_varlen on the GPU against the double oracle,
+ * sequence by sequence.
  *
  * For each case: a packed batch of sequences of given (query, key) lengths, lengths 0
  * and 1 included, q < k and q > k; Q, K, V random in [-1, 1] rounded to the dtype;
@@ -10,7 +11,8 @@
  * Options per case: seqused_k (sequences use fewer keys than cu_seqlens_k holds),
  * padding sequences of length 0, planned maxima above the actual lengths, a sequence
  * past the planned maxima (skipped: its rows stay poisoned), and planning for a 99 KiB
- * device (the mma.sync kernels instead of the Hopper ones on the H200).
+ * device (the mma.sync kernels instead of the Hopper ones on the H200). Then the
+ * backward of each case in both modes (check_backward).
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped). */
 #include <inttypes.h>
@@ -29,6 +31,7 @@
 #include "fa2.h"
 #include "gpu_tensor.h"
 #include "oracle.h"
+#include "oracle_backward.h"
 
 #define FLOOR_FP16 2e-3
 #define FLOOR_BF16 1e-2
@@ -83,6 +86,128 @@ static void *upload(const void *host, size_t bytes)
     else
         assert_int_equal(cudaMemset(dev, 0xFF, bytes > 0 ? bytes : 1), cudaSuccess);
     return dev;
+}
+
+/* A packed batch on the device after its forward, for the backward check. */
+typedef struct packed_t {
+    const varlen_case_t *c;
+    const int32_t *cu_q, *cu_k;  /* host offsets */
+    int64_t total_q, total_k;
+    const float *qv, *kv, *vv;   /* host inputs, rounded to the dtype */
+    void *q, *k, *v, *o;         /* device tensors (o: the forward's output) */
+    float *lse;
+    const int32_t *dcu_q, *dcu_k, *dused;
+} packed_t;
+
+/* fa2_backward_varlen (deterministic or not) against oracle_backward per sequence:
+ * rel L2 of each gradient within max(2 x the same-precision reference's, floor); every
+ * sequence's rows finite; dK and dV rows no sequence uses untouched (poison), dQ rows
+ * no sequence has untouched or 0 (the default mode's conversion writes every row). */
+static int check_backward(const packed_t *b, const fa2_plan_t *fwd_plan, int deterministic)
+{
+    const varlen_case_t *c = b->c;
+    const int64_t hq = c->heads_q, hkv = c->heads_kv, d = c->head_dim;
+    const int64_t nq = b->total_q * hq * d, nk = b->total_k * hkv * d;
+    fa2_problem_t p = fwd_plan->problem;
+    fa2_plan_t plan;
+    p.deterministic = deterministic;
+    p.softmax_scale = 0.0f;
+    const fa2_device_info_t device = fwd_plan->device;
+    assert_int_equal(fa2_plan(&p, &device, &plan), FA2_SUCCESS);
+    printf("  backward%s [sm%d %dx%d]", deterministic ? " det" : "", (int)plan.bwd_arch,
+           (int)plan.bwd_block_n, (int)plan.bwd_block_m);
+    float *dov = malloc(sizeof(float) * (size_t)nq);
+    uint16_t *dob = malloc(2 * (size_t)nq), *gb[3] = {malloc(2 * (size_t)nq),
+                                                      malloc(2 * (size_t)nk),
+                                                      malloc(2 * (size_t)nk)};
+    double *want[3], *ref[3], *got[3];
+    const int64_t len[3] = {nq, nk, nk};
+    for (int t = 0; t < 3; ++t) {
+        want[t] = calloc((size_t)len[t], sizeof(double));
+        ref[t] = calloc((size_t)len[t], sizeof(double));
+        got[t] = calloc((size_t)len[t], sizeof(double));
+        assert_true(gb[t] && want[t] && ref[t] && got[t]);
+    }
+    assert_true(dov && dob);
+    oracle_rng_t rng = case_rng(g_seed, 5000 + deterministic);
+    fill(dov, dob, nq, &rng, c->dtype);
+    void *d_o = upload(dob, 2 * (size_t)nq), *grad[3] = {upload(NULL, 2 * (size_t)nq),
+                                                         upload(NULL, 2 * (size_t)nk),
+                                                         upload(NULL, 2 * (size_t)nk)};
+    void *ws = upload(NULL, (size_t)plan.bwd_workspace_bytes);
+    int pass = 0;
+    fa2_status_t st = fa2_backward_varlen(
+        &plan, b->q, b->k, b->v, b->o, d_o, b->lse, grad[0], grad[1], grad[2], b->dcu_q,
+        b->dcu_k, c->extra_k ? b->dused : NULL, ws, (size_t)plan.bwd_workspace_bytes, NULL);
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_backward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
+               fa2_last_error());
+        goto cleanup;
+    }
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    for (int t = 0; t < 3; ++t)
+        assert_int_equal(cudaMemcpy(gb[t], grad[t], 2 * (size_t)len[t], cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+
+    /* which rows belong to a sequence (the skipped one's rows do not) */
+    char *q_used = calloc((size_t)b->total_q, 1), *k_used = calloc((size_t)b->total_k, 1);
+    assert_true(q_used && k_used);
+    for (int s = 0; s < c->n; ++s) {
+        const int64_t lq = c->len_q[s], lk = c->len_k[s], q0 = b->cu_q[s], k0 = b->cu_k[s];
+        if (s == c->skipped || lq == 0)
+            continue;
+        memset(q_used + q0, 1, (size_t)lq);
+        memset(k_used + k0, 1, (size_t)lk);
+        fa2_problem_t one;
+        fa2_problem_init(&one, c->dtype, 1, lq, lk, hq, hkv, d);
+        one.causal = c->causal;
+        one.window_left = c->window_left;
+        one.window_right = c->window_right;
+        assert_int_equal(oracle_backward(&one, b->qv + q0 * hq * d, b->kv + k0 * hkv * d,
+                                         b->vv + k0 * hkv * d, dov + q0 * hq * d,
+                                         want[0] + q0 * hq * d, want[1] + k0 * hkv * d,
+                                         want[2] + k0 * hkv * d),
+                         0);
+        assert_int_equal(oracle_backward_rounded(&one, b->qv + q0 * hq * d,
+                                                 b->kv + k0 * hkv * d, b->vv + k0 * hkv * d,
+                                                 dov + q0 * hq * d, ref[0] + q0 * hq * d,
+                                                 ref[1] + k0 * hkv * d, ref[2] + k0 * hkv * d),
+                         0);
+    }
+    int64_t nonfinite = 0, outside = 0;
+    const char *used[3] = {q_used, k_used, k_used};
+    const int64_t row_len[3] = {hq * d, hkv * d, hkv * d};
+    for (int t = 0; t < 3; ++t)
+        for (int64_t i = 0; i < len[t]; ++i) {
+            if (used[t][i / row_len[t]]) {
+                got[t][i] = oracle_float_from_bits(gb[t][i], c->dtype);
+                nonfinite += !isfinite(got[t][i]);
+            } else {
+                /* untouched; dQ may be 0 (default mode) */
+                outside += gb[t][i] != 0xFFFFu && !(t == 0 && (gb[t][i] & 0x7FFF) == 0);
+            }
+        }
+    pass = nonfinite == 0 && outside == 0;
+    const char *names[3] = {"dQ", "dK", "dV"};
+    printf(" :");
+    for (int t = 0; t < 3; ++t) {
+        const double err = oracle_rel_l2(got[t], want[t], (size_t)len[t]);
+        const double r = oracle_rel_l2(ref[t], want[t], (size_t)len[t]);
+        const double bound = fmax(2.0 * r, c->dtype == FA2_DTYPE_BF16 ? FLOOR_BF16 : FLOOR_FP16);
+        pass &= err <= bound;
+        printf(" %s %.2e (bound %.2e)", names[t], err, bound);
+    }
+    printf(" nonfinite=%" PRId64 " written_outside=%" PRId64 " %s\n", nonfinite, outside,
+           pass ? "PASS" : "FAIL");
+    free(q_used), free(k_used);
+
+cleanup:
+    fflush(stdout);
+    cudaFree(d_o), cudaFree(ws);
+    for (int t = 0; t < 3; ++t)
+        cudaFree(grad[t]), free(gb[t]), free(want[t]), free(ref[t]), free(got[t]);
+    free(dov), free(dob);
+    return pass;
 }
 
 static int run_case(long index, const varlen_case_t *c)
@@ -216,6 +341,11 @@ static int run_case(long index, const varlen_case_t *c)
            " written_outside=%" PRId64 " lse_bad=%" PRId64 " %s\n",
            err, ref_err, bound, nonfinite, masked_nonzero, poison_lost, lse_bad,
            pass ? "PASS" : "FAIL");
+    if (pass) {
+        const packed_t b = {c, cu_q, cu_k, total_q, total_k, qv, kv, vv, dq, dk, dv, d_o,
+                            dlse, dcu_q, dcu_k, dused};
+        pass = check_backward(&b, &plan, 0) & check_backward(&b, &plan, 1);
+    }
 
 cleanup:
     fflush(stdout);

@@ -28,15 +28,19 @@ struct Sequence {
     int seqlen_q, seqlen_k;
 };
 
-// Sequence `batch`. kPacked (a compile-time choice, so that a dense batch's kernels
-// keep the call's lengths as constants): read the offsets; a sequence whose offsets or
-// lengths leave the planned bounds (maximum lengths, the tensors' rows) gets
-// seqlen_q = 0, and no block reads or writes anything for it.
-template <bool kPacked>
+// How a kernel finds its sequences: compiled for dense or for packed batches (the
+// forward: a dense batch's kernels keep the call's lengths as constants), or deciding
+// at run time from p.cu_seqlens_q (the backward: one kernel serves both).
+enum SeqMode { kDenseSeq, kPackedSeq, kAnySeq };
+
+// Sequence `batch`. Packed: from the offsets; a sequence whose offsets or lengths leave
+// the planned bounds (maximum lengths, the tensors' rows) gets seqlen_q = 0, and no
+// block reads or writes anything for it.
+template <int kMode>
 __device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
 {
     Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k};
-    if constexpr (kPacked) {
+    if (kMode == kPackedSeq || (kMode == kAnySeq && p.cu_seqlens_q)) {
         s.q_start = p.cu_seqlens_q[batch];
         s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_start;
         s.k_start = p.cu_seqlens_k[batch];
@@ -124,8 +128,16 @@ __device__ __forceinline__ int64_t stats_row(const fa2_params_t &p, const Sequen
     return s.batch * p.stats_batch_stride + head * p.stats_head_stride + s.q_start;
 }
 
+// Rows of the per-row statistics: batch * heads_q * seqlen_q, or heads_q * total_q.
+__device__ __forceinline__ int64_t stats_rows(const fa2_params_t &p)
+{
+    return p.cu_seqlens_q ? static_cast<int64_t>(p.heads_q) * p.total_q
+                          : static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+}
+
 // The row kernels number every query row of the call flat, statistics order: flat row
-// r is row `row` of head `head` in sequence `batch`.
+// r is row `row` of head `head` in sequence `batch`. A packed batch counts as one
+// sequence of total_q rows (batch 0; its batch strides are 0), spare rows included.
 struct FlatRow {
     int batch, head, row;
 };
@@ -133,9 +145,9 @@ struct FlatRow {
 __device__ __forceinline__ FlatRow flat_row(const fa2_params_t &p, int64_t r)
 {
     FlatRow fr;
-    fr.row = static_cast<int>(r % p.seqlen_q);
-    fr.head = static_cast<int>((r / p.seqlen_q) % p.heads_q);
-    fr.batch = static_cast<int>(r / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+    fr.row = static_cast<int>(r % p.stats_head_stride);
+    fr.head = static_cast<int>((r / p.stats_head_stride) % p.heads_q);
+    fr.batch = p.stats_batch_stride ? static_cast<int>(r / p.stats_batch_stride) : 0;
     return fr;
 }
 

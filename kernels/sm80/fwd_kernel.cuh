@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     const int lane = tid % 32;
 
     const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked ? kPackedSeq : kDenseSeq>(p);
 
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t k_smem[2] = {q_smem + Tr::kQBytes, q_smem + Tr::kQBytes + Tr::kKVBytes};

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     const int wg_row0 = (warp / 4) * 64;  // this warpgroup's first row in the tile
 
     const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked ? kPackedSeq : kDenseSeq>(p);
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers

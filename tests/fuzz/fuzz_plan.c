@@ -204,8 +204,7 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
                                pl->bwd_status == FA2_ERROR_OVERLAP ||
                                pl->bwd_status == FA2_ERROR_UNSUPPORTED));
-    /* packed batches: forward only */
-    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) == (q->total_q != 0));
+    CHECK(pl->bwd_status != FA2_ERROR_UNSUPPORTED);
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
@@ -215,7 +214,7 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     /* at least D = rowsum(dO * O), fp32 per query row (plus scratch the kernels may add) */
     CHECK(pl->bwd_workspace_bytes >= 0);
     if (pl->bwd_supported) {
-        CHECK(pl->bwd_workspace_bytes >= q->batch * q->heads_q * q->seqlen_q * 4);
+        CHECK(pl->bwd_workspace_bytes >= layout_batch(q) * q->heads_q * rows_q(q) * 4);
         CHECK(pl->bwd_block_n > 0 && pl->bwd_block_n % 16 == 0);
         CHECK(pl->bwd_block_m > 0 && pl->bwd_block_m % 16 == 0);
         CHECK(pl->bwd_dq_block_m > 0 && pl->bwd_dq_block_m % 16 == 0);
@@ -225,12 +224,12 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
               ceil_div(q->seqlen_q, pl->bwd_dq_block_m) * q->heads_q * q->batch <= INT32_MAX);
         /* D, padded to 256 bytes, then the fp32 dQ accumulator when dQ goes by atomics */
         {
-            const int64_t d_bytes = q->batch * q->heads_q * q->seqlen_q * 4;
+            const int64_t d_bytes = layout_batch(q) * q->heads_q * rows_q(q) * 4;
             CHECK(pl->bwd_workspace_bytes ==
                   (d_bytes + 255) / 256 * 256 + (dq_kernel ? 0 : d_bytes * q->head_dim));
         }
         CHECK(ceil_div(q->seqlen_k, pl->bwd_block_n) * q->heads_kv * q->batch <= INT32_MAX);
-        CHECK(fa2_bwd_row_kernel_blocks(q->batch * q->heads_q * q->seqlen_q, q->head_dim) <=
+        CHECK(fa2_bwd_row_kernel_blocks(layout_batch(q) * q->heads_q * rows_q(q), q->head_dim) <=
               INT32_MAX);
     }
     /* !bwd_supported: fa2_backward must refuse the plan (fuzz_backward checks it) */
@@ -398,11 +397,16 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
     }
 }
 
+/* fa2_backward (varlen = 0) or fa2_backward_varlen (varlen = 1; offsets from pb[0..2],
+ * the forward's pointer bytes). */
 static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_bytes,
-                          int launch_fails)
+                          int launch_fails, int varlen)
 {
     const fa2_problem_t *pr = &pl->problem;
     void *p[10];
+    const int32_t *cu_q = varlen ? fake_ptr(pb[0], 20) : NULL,
+                  *cu_k = varlen ? fake_ptr(pb[1], 21) : NULL,
+                  *used = varlen ? fake_ptr(pb[2], 22) : NULL;
     fa2_status_t want = FA2_SUCCESS, got;
     int any_null = 0, any_mis = 0, launches = 0;
     for (int i = 0; i < 10; ++i) {
@@ -410,8 +414,12 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         any_null |= i < 9 && p[i] == NULL;
         any_mis |= misaligned(p[i], i == 5 ? 4 : 16); /* lse: 4 bytes */
     }
-    if (any_null)
+    if (any_null || (varlen && (!cu_q || !cu_k)))
         want = FA2_ERROR_NULL_POINTER;
+    else if (!varlen != !pr->total_q)
+        want = FA2_ERROR_UNSUPPORTED; /* the other entry point's plan */
+    else if (misaligned(cu_q, 4) || misaligned(cu_k, 4) || misaligned(used, 4))
+        want = FA2_ERROR_MISALIGNED;
     else if (!pl->bwd_supported)
         want = (fa2_status_t)pl->bwd_status; /* the reason fa2_plan recorded */
     else if (any_mis)
@@ -432,8 +440,11 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         }
     }
     g_shim.bwd_calls = 0;
-    got = fa2_backward(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5], p[6], p[7],
-                       p[8], p[9], (size_t)ws_bytes, NULL);
+    got = varlen ? fa2_backward_varlen(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5],
+                                       p[6], p[7], p[8], cu_q, cu_k, used, p[9],
+                                       (size_t)ws_bytes, NULL)
+                 : fa2_backward(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5], p[6],
+                                p[7], p[8], p[9], (size_t)ws_bytes, NULL);
     CHECK(got == want);
     CHECK(g_shim.bwd_calls == launches);
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
@@ -442,6 +453,8 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         CHECK(g_shim.bwd.dq == p[6] && g_shim.bwd.dk == p[7] && g_shim.bwd.dv == p[8]);
         CHECK(g_shim.bwd.d_sum == p[9] && g_shim.bwd.lse == p[5]);
         CHECK(g_shim.bwd.kernel_family == pl->bwd_arch);
+        CHECK(g_shim.bwd.cu_seqlens_q == cu_q && g_shim.bwd.cu_seqlens_k == cu_k &&
+              g_shim.bwd.seqused_k == used);
     }
 }
 
@@ -565,7 +578,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_plan(&pr, &dev, &plan);
         fuzz_forward(&plan, ptrs, flags & 8, 0);
         fuzz_forward(&plan, ptrs, flags & 8, 1);
-        fuzz_backward(&plan, ptrs, ws_bytes, flags & 8);
+        fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 0);
+        fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 1);
         fuzz_edited_plan(&plan, edits);
     }
     /* the NULL arguments, whatever the input */

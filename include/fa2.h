@@ -176,7 +176,11 @@ typedef struct fa2_problem_t {
     int32_t reserved1;       /* zero */
     /* Packed variable-length batch (see below); 0 and 0 for a dense batch. */
     int64_t total_q;         /* rows of packed Q and O, >= seqlen_q, <= 2^31 - 1 */
-    int64_t total_k;         /* rows of packed K and V, >= seqlen_k, <= 2^31 - 1 */
+    int64_t total_k;         /* rows of packed K and V, >= seqlen_k, <= 2^31 - 1; 0 when paged */
+    /* Paged K/V of a packed batch (see below); 0, 0, 0 when K/V are not paged. */
+    int64_t page_size;       /* key rows per page, in [1, FA2_MAX_SEQLEN] */
+    int64_t num_pages;       /* pages K and V hold, in [1, 2^31 - 1] */
+    int64_t pages_per_seq;   /* page-table entries per sequence, >= ceil(seqlen_k / page_size) */
 } fa2_problem_t;
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
@@ -193,7 +197,16 @@ typedef struct fa2_problem_t {
  * rows, and in the backward its dQ, dK and dV rows, are not written); the offsets are
  * not otherwise checked yet. The backward: fa2_backward_varlen with the forward's
  * offsets; it writes dQ rows that belong to no sequence (e.g. spare rows past the last
- * offset) as 0. Not supported yet: a paged KV cache. */
+ * offset) as 0.
+ *
+ * Paged K/V (page_size >= 1, a packed batch): K and V are [num_pages, page_size,
+ * heads_kv, head_dim] with free strides (k/v_batch_stride is the page stride, k/v_seq_stride
+ * the row stride), total_k = 0. A page table, [batch, pages_per_seq] int32 page ids on the
+ * device, lists each sequence's pages in order: key j of sequence b is row j % page_size of
+ * page page_table[b * pages_per_seq + j / page_size]. seqused_k gives each sequence's key
+ * count (cu_seqlens_k is not read). Pages may be shared between sequences and come in any
+ * order; any page size runs. A key whose page id is outside [0, num_pages) reads as zeros
+ * (not checked otherwise yet). Forward only (plan->bwd_status = FA2_ERROR_UNSUPPORTED). */
 
 /* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
  * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1, deterministic = 0.
@@ -296,12 +309,15 @@ FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const vo
  * same checks and statuses as fa2_forward, and FA2_ERROR_NULL_POINTER for a missing
  * cu_seqlens_q or cu_seqlens_k, FA2_ERROR_MISALIGNED for a misaligned one,
  * FA2_ERROR_UNSUPPORTED for a dense plan (call fa2_forward). fa2_forward refuses a
- * packed plan the same way. */
+ * packed plan the same way. A paged plan needs page_table ([batch, pages_per_seq]
+ * int32) and seqused_k (FA2_ERROR_NULL_POINTER), reads no cu_seqlens_k; any other plan
+ * needs page_table NULL (FA2_ERROR_UNSUPPORTED). */
 FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
                                         const void *v, void *o, float *lse,
                                         const int32_t *cu_seqlens_q,
                                         const int32_t *cu_seqlens_k, const int32_t *seqused_k,
-                                        void *workspace, size_t workspace_bytes, void *stream);
+                                        const int32_t *page_table, void *workspace,
+                                        size_t workspace_bytes, void *stream);
 
 /* Runs the backward pass of fa2_forward on `stream`, asynchronously: given Q, K, V,
  * the forward's output O and its LSE (lse must not be NULL: run the forward with an

@@ -31,6 +31,10 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride,
                         pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride,
                         pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride);
+    case FA2_ERROR_UNSUPPORTED:
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "a paged K/V cache (page_size=%" PRId64 ") has no backward",
+                        pr->page_size);
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64
@@ -99,8 +103,11 @@ static fa2_status_t run_backward(const fa2_plan_t *plan, const void *q, const vo
         return fa2_fail(FA2_ERROR_NULL_POINTER, "%s is NULL",
                         !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : !d_o ? "d_o"
                         : !lse ? "lse" : !dq ? "dq" : !dk ? "dk" : "dv");
-    if ((s = fa2_check_offsets_given(offsets)) || (s = fa2_check_plan(plan)) ||
-        (s = fa2_check_entry_point(plan, offsets, "fa2_backward", "fa2_backward_varlen")) ||
+    if ((s = fa2_check_offsets_given(offsets)) || (s = fa2_check_plan(plan)))
+        return s;
+    if (plan->problem.page_size) /* a paged cache has no backward, whatever the call */
+        return check_backward_supported(plan);
+    if ((s = fa2_check_entry_point(plan, offsets, "fa2_backward", "fa2_backward_varlen")) ||
         (s = check_backward_supported(plan)))
         return s;
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
@@ -168,7 +175,7 @@ fa2_status_t fa2_backward_varlen(const fa2_plan_t *plan, const void *q, const vo
                                  const int32_t *seqused_k, void *workspace,
                                  size_t workspace_bytes, void *stream)
 {
-    const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k};
+    const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k, NULL};
     return run_backward(plan, q, k, v, o, d_o, lse, dq, dk, dv, &offsets, workspace,
                         workspace_bytes, stream);
 }

@@ -32,6 +32,9 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
         p->cu_seqlens_q = offsets->cu_seqlens_q;
         p->cu_seqlens_k = offsets->cu_seqlens_k;
         p->seqused_k = offsets->seqused_k;
+        p->page_table = pr->page_size ? offsets->page_table : NULL;
+        if (pr->page_size)
+            p->cu_seqlens_k = NULL; /* not read: keys come from the pages */
     }
     p->q_batch_stride = pr->q_batch_stride;
     p->q_seq_stride = pr->q_seq_stride;
@@ -50,6 +53,9 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->stats_head_stride = pr->total_q ? pr->total_q : pr->seqlen_q;
     p->total_q = (int32_t)pr->total_q;
     p->total_k = (int32_t)pr->total_k;
+    p->page_size = (int32_t)pr->page_size;
+    p->pages_per_seq = (int32_t)pr->pages_per_seq;
+    p->num_pages = (int32_t)pr->num_pages;
     p->batch = (int32_t)pr->batch;
     p->heads_q = (int32_t)pr->heads_q;
     p->heads_kv = (int32_t)pr->heads_kv;
@@ -141,9 +147,9 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
 fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
                                 const void *v, void *o, float *lse,
                                 const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
-                                const int32_t *seqused_k, void *workspace,
-                                size_t workspace_bytes, void *stream)
+                                const int32_t *seqused_k, const int32_t *page_table,
+                                void *workspace, size_t workspace_bytes, void *stream)
 {
-    const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k};
+    const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k, page_table};
     return run_forward(plan, q, k, v, o, lse, &offsets, workspace, workspace_bytes, stream);
 }

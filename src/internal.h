@@ -92,16 +92,18 @@ fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align)
 /* A packed batch's offsets, device int32 arrays (fa2_forward_varlen, fa2_backward_varlen);
  * a dense call passes none. */
 typedef struct fa2_seq_offsets_t {
-    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
+    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k, *page_table;
 } fa2_seq_offsets_t;
 
-/* For a call with `offsets` (NULL: a dense call): cu_seqlens_q and cu_seqlens_k given
+/* For a call with `offsets` (NULL: a dense call): cu_seqlens_q given
  * (FA2_ERROR_NULL_POINTER). Checked with the other pointers, before the plan. */
 fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets);
 
 /* After the plan's own checks: the entry point suits the plan, a dense call a dense
  * plan and a packed call a packed one (FA2_ERROR_UNSUPPORTED, naming `dense_call` or
- * `packed_call`, the one to use), and the offsets are 4-byte aligned. */
+ * `packed_call`, the one to use); the arrays the plan reads are given
+ * (FA2_ERROR_NULL_POINTER: cu_seqlens_k, or for a paged plan page_table and seqused_k)
+ * and 4-byte aligned; a page table only with a paged plan (FA2_ERROR_UNSUPPORTED). */
 fa2_status_t fa2_check_entry_point(const fa2_plan_t *plan, const fa2_seq_offsets_t *offsets,
                                    const char *dense_call, const char *packed_call);
 
@@ -159,6 +161,25 @@ int fa2_bwd_workspace_layout(const fa2_problem_t *problem, int dq_by_atomics,
 
 /* The kernel parameters of a validated plan and its forward tensors (the backward then
  * adds its own and its kernel family). */
+/* A problem's tensors as [batch, rows, heads, head_dim] with its strides: a dense batch
+ * as given; a packed one as one sequence of total_q (Q, O) or total_k (K, V) rows; a
+ * paged K/V as num_pages pages of page_size rows. */
+typedef struct fa2_layout_dims_t {
+    int64_t batch, rows;
+} fa2_layout_dims_t;
+
+static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int queries)
+{
+    fa2_layout_dims_t d;
+    if (!pr->total_q)
+        d.batch = pr->batch, d.rows = queries ? pr->seqlen_q : pr->seqlen_k;
+    else if (!queries && pr->page_size)
+        d.batch = pr->num_pages, d.rows = pr->page_size;
+    else
+        d.batch = 1, d.rows = queries ? pr->total_q : pr->total_k;
+    return d;
+}
+
 /* Rows of the LSE (and of the backward's per-row statistics): batch * heads_q *
  * seqlen_q, or heads_q * total_q for a packed batch. Validated sizes: fits. */
 static inline int64_t fa2_lse_rows(const fa2_problem_t *pr)

@@ -140,20 +140,19 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     if (grid > INT32_MAX)
         out->bwd_status = FA2_ERROR_INVALID_SIZE;
     /* dQ, dK and dV are written with Q's, K's and V's strides: those must not repeat an
-     * address (a broadcast input's gradient is a sum the caller makes). A packed batch
-     * is laid out as one sequence of total_q / total_k rows. */
-    const int64_t layout_batch = pr->total_q ? 1 : pr->batch;
-    const int64_t rows_q = pr->total_q ? pr->total_q : pr->seqlen_q;
-    const int64_t rows_k = pr->total_q ? pr->total_k : pr->seqlen_k;
-    if (!fa2_layout_is_distinct(layout_batch, rows_q, pr->heads_q, pr->head_dim,
+     * address (a broadcast input's gradient is a sum the caller makes). */
+    const fa2_layout_dims_t qd = fa2_layout_dims(pr, 1), kd = fa2_layout_dims(pr, 0);
+    if (!fa2_layout_is_distinct(qd.batch, qd.rows, pr->heads_q, pr->head_dim,
                                 pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride) ||
-        !fa2_layout_is_distinct(layout_batch, rows_k, pr->heads_kv, pr->head_dim,
+        !fa2_layout_is_distinct(kd.batch, kd.rows, pr->heads_kv, pr->head_dim,
                                 pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride) ||
-        !fa2_layout_is_distinct(layout_batch, rows_k, pr->heads_kv, pr->head_dim,
+        !fa2_layout_is_distinct(kd.batch, kd.rows, pr->heads_kv, pr->head_dim,
                                 pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride))
         out->bwd_status = FA2_ERROR_OVERLAP;
     if (out->bwd_smem_bytes > device->smem_per_block_optin)
         out->bwd_status = FA2_ERROR_SHARED_MEMORY;
+    if (pr->page_size)
+        out->bwd_status = FA2_ERROR_UNSUPPORTED; /* a paged K/V cache: inference, forward */
     out->bwd_supported = out->bwd_status == FA2_SUCCESS;
 }
 

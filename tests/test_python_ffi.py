@@ -395,6 +395,26 @@ class Errors(unittest.TestCase):
                                       max_seqlen_q=512, max_seqlen_k=600)
         self.expect(fa2.Fa2InvalidSize, "total_q=100", fa2.plan, bad, device())
 
+    def test_paged_problem(self):
+        paged = fa2.make_varlen_problem("bf16", 64, 0, 8, 2, 128, batch=4, max_seqlen_q=16,
+                                        max_seqlen_k=300, pages=(16, 100, 19, 16 * 256,
+                                                                 16 * 256))
+        self.assertEqual((paged.page_size, paged.num_pages, paged.pages_per_seq,
+                          paged.k_batch_stride), (16, 100, 19, 4096))
+        plan = fa2.plan(paged, device())
+        self.assertEqual(plan.bwd_status, 21)
+        a = ALIGNED
+        self.expect(fa2.Fa2NullPointer, "page_table is NULL", plan.forward_varlen,
+                    a, a, a, a, a, None, None, a)
+        self.expect(fa2.Fa2Unsupported, "has no backward", plan.backward,
+                    a, a, a, a, a, a, a, a, a, a)
+        for kw, fragment in ((dict(k=object()), "k is not supported"),
+                             (dict(rotary_cos=object()), "rotary_cos"),
+                             (dict(softcap=50.0), "softcap=50.0")):
+            with self.assertRaises(fa2.Fa2ShapeError) as cm:
+                fa2.flash_attn_with_kvcache(None, None, None, None, None, **kw)
+            self.assertIn(fragment, str(cm.exception))
+
     def test_varlen_refusals_before_any_tensor(self):
         for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),
                              (dict(softcap=30.0), "softcap=30.0"),

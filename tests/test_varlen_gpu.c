@@ -12,7 +12,8 @@
  * padding sequences of length 0, planned maxima above the actual lengths, a sequence
  * past the planned maxima (skipped: its rows stay poisoned), and planning for a 99 KiB
  * device (the mma.sync kernels instead of the Hopper ones on the H200). Then the
- * backward of each case in both modes (check_backward).
+ * backward of each case in both modes (check_backward). Then paged K/V caches
+ * (run_paged_case): page sizes 1, 16, 17, 32, 64 and 256, shuffled and shared pages.
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped). */
 #include <inttypes.h>
@@ -265,7 +266,7 @@ static int run_case(long index, const varlen_case_t *c)
     int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dcu_k = upload(cu_k, sizeof cu_k),
             *dused = upload(used, sizeof used);
     st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k,
-                            c->extra_k ? dused : NULL, NULL, 0, NULL);
+                            c->extra_k ? dused : NULL, NULL, NULL, 0, NULL);
     int pass = 0;
     if (st != FA2_SUCCESS) {
         printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
@@ -377,6 +378,202 @@ static const varlen_case_t cases[] = {
      {50, 0, 400, 0, 0, 20}, {50, 0, 400, 0, 0, 20}, 0, 0, 2, 0},
 };
 
+/* ---- paged K/V ---------------------------------------------------------------------- */
+
+typedef struct paged_case_t {
+    const char *name;
+    fa2_dtype_t dtype;
+    int64_t heads_q, heads_kv, head_dim;
+    int32_t causal;
+    int64_t window_left, window_right;
+    int n;
+    int64_t len_q[MAX_SEQS], len_k[MAX_SEQS];
+    int64_t page_size;
+    int shared_pages; /* sequence 1's first pages are sequence 0's (a shared prefix) */
+    int consumer;     /* plan for a 99 KiB sm_89 device */
+} paged_case_t;
+
+/* A paged cache of shuffled pages (a few never used, page-table entries past a
+ * sequence's pages -1), Q packed; each sequence against oracle_forward on its keys
+ * gathered from the pages. O and the LSE poisoned; spare rows must stay so. */
+static int run_paged_case(long index, const paged_case_t *c)
+{
+    const int n = c->n;
+    const int64_t hq = c->heads_q, hkv = c->heads_kv, d = c->head_dim, ps = c->page_size;
+    int32_t cu_q[MAX_SEQS + 1], used[MAX_SEQS];
+    int64_t pages_per_seq = 1, pages_needed = 0, max_k = 0;
+    cu_q[0] = 0;
+    for (int b = 0; b < n; ++b) {
+        cu_q[b + 1] = cu_q[b] + (int32_t)c->len_q[b];
+        used[b] = (int32_t)c->len_k[b];
+        const int64_t pages = (c->len_k[b] + ps - 1) / ps;
+        pages_per_seq = pages > pages_per_seq ? pages : pages_per_seq;
+        pages_needed += pages;
+        max_k = c->len_k[b] > max_k ? c->len_k[b] : max_k;
+    }
+    const int64_t num_pages = pages_needed + 3, total_q = cu_q[n] + SPARE_ROWS;
+    const int64_t max_q = max_of(c->len_q, n, -1);
+    /* page ids: a random permutation, handed out in order; sequence 1 starts with
+     * sequence 0's first shared_pages pages */
+    oracle_rng_t rng = case_rng(g_seed, 2000 + index);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)num_pages);
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)(n * pages_per_seq));
+    assert_true(perm && table);
+    for (int64_t i = 0; i < num_pages; ++i)
+        perm[i] = (int32_t)i;
+    for (int64_t i = num_pages - 1; i > 0; --i) {
+        const int64_t j = (int64_t)(oracle_rng_next(&rng) % (uint64_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int64_t next = 0;
+    for (int b = 0; b < n; ++b)
+        for (int64_t j = 0; j < pages_per_seq; ++j) {
+            const int64_t pages = (c->len_k[b] + ps - 1) / ps;
+            int32_t id = -1;
+            const int64_t pages0 = (c->len_k[0] + ps - 1) / ps;
+            if (j < pages)
+                id = b == 1 && j < c->shared_pages && j < pages0 ? table[j] : perm[next++];
+            table[b * pages_per_seq + j] = id;
+        }
+
+    fa2_problem_t p;
+    fa2_problem_init(&p, c->dtype, n, max_q > 0 ? max_q : 1, max_k, hq, hkv, d);
+    p.total_q = total_q;
+    p.page_size = ps;
+    p.num_pages = num_pages;
+    p.pages_per_seq = pages_per_seq;
+    p.q_batch_stride = p.o_batch_stride = 0;
+    p.k_batch_stride = p.v_batch_stride = ps * hkv * d; /* page strides */
+    p.causal = c->causal;
+    p.window_left = c->window_left;
+    p.window_right = c->window_right;
+    const fa2_device_info_t device = c->consumer ? consumer_device_info(&g_info) : g_info;
+    printf("case %ld: paged %s %s %d seqs page=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
+           " d=%" PRId64 "%s", index, c->name, c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", n,
+           ps, hq, hkv, d, c->consumer ? " (planned for 99 KiB)" : "");
+    fa2_plan_t plan;
+    fa2_status_t st = fa2_plan(&p, &device, &plan);
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_plan: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
+        free(perm), free(table);
+        return 0;
+    }
+    printf(" [sm%d %dx%d]", (int)plan.fwd_arch, (int)plan.block_m, (int)plan.block_n);
+
+    const int64_t nq = total_q * hq * d, nk = num_pages * ps * hkv * d, n_lse = hq * total_q;
+    float *qv = malloc(sizeof(float) * (size_t)nq), *kv = malloc(sizeof(float) * (size_t)nk),
+          *vv = malloc(sizeof(float) * (size_t)nk), *lse = malloc(sizeof(float) * (size_t)n_lse),
+          *kseq = malloc(sizeof(float) * (size_t)((max_k + 1) * hkv * d)),
+          *vseq = malloc(sizeof(float) * (size_t)((max_k + 1) * hkv * d));
+    uint16_t *qb = malloc(2 * (size_t)nq), *kb = malloc(2 * (size_t)nk),
+             *vb = malloc(2 * (size_t)nk), *ob = malloc(2 * (size_t)nq);
+    double *want = calloc((size_t)nq, sizeof(double)), *ref = calloc((size_t)nq, sizeof(double)),
+           *got = calloc((size_t)nq, sizeof(double)),
+           *want_lse = malloc(sizeof(double) * (size_t)(hq * (max_q + 1)));
+    assert_true(qv && kv && vv && lse && kseq && vseq && qb && kb && vb && ob && want && ref &&
+                got && want_lse);
+    fill(qv, qb, nq, &rng, c->dtype);
+    fill(kv, kb, nk, &rng, c->dtype);
+    fill(vv, vb, nk, &rng, c->dtype);
+    void *dq = upload(qb, 2 * (size_t)nq), *dk = upload(kb, 2 * (size_t)nk),
+         *dv = upload(vb, 2 * (size_t)nk), *d_o = upload(NULL, 2 * (size_t)nq);
+    float *dlse = upload(NULL, sizeof(float) * (size_t)n_lse);
+    int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dused = upload(used, sizeof used),
+            *dtable = upload(table, sizeof(int32_t) * (size_t)(n * pages_per_seq));
+    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, NULL, 0,
+                            NULL);
+    int pass = 0;
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
+               fa2_last_error());
+        goto cleanup;
+    }
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(ob, d_o, 2 * (size_t)nq, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(lse, dlse, sizeof(float) * (size_t)n_lse,
+                                cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    int64_t nonfinite = 0, poison_lost = 0, lse_bad = 0;
+    for (int b = 0; b < n; ++b) {
+        const int64_t lq = c->len_q[b], lk = c->len_k[b], q0 = cu_q[b];
+        if (lq == 0)
+            continue;
+        for (int64_t j = 0; j < lk; ++j) { /* the sequence's keys, gathered from its pages */
+            const int64_t page = table[b * pages_per_seq + j / ps];
+            const int64_t at = (page * ps + j % ps) * hkv * d;
+            memcpy(kseq + j * hkv * d, kv + at, sizeof(float) * (size_t)(hkv * d));
+            memcpy(vseq + j * hkv * d, vv + at, sizeof(float) * (size_t)(hkv * d));
+        }
+        fa2_problem_t one;
+        fa2_problem_init(&one, c->dtype, 1, lq, lk, hq, hkv, d);
+        one.causal = c->causal;
+        one.window_left = c->window_left;
+        one.window_right = c->window_right;
+        assert_int_equal(oracle_forward(&one, qv + q0 * hq * d, kseq, vseq, want + q0 * hq * d,
+                                        want_lse),
+                         0);
+        assert_int_equal(oracle_forward_rounded(&one, qv + q0 * hq * d, kseq, vseq,
+                                                ref + q0 * hq * d),
+                         0);
+        for (int64_t i = 0; i < lq; ++i)
+            for (int64_t h = 0; h < hq; ++h) {
+                const double w_lse = want_lse[h * lq + i], g_lse = lse[h * total_q + q0 + i];
+                const double e = isinf(w_lse) ? (g_lse == w_lse ? 0.0 : INFINITY)
+                                              : fabs(g_lse - w_lse) / fmax(1.0, fabs(w_lse));
+                lse_bad += !(e <= LSE_TOL);
+                for (int64_t x = 0; x < d; ++x) {
+                    const int64_t t = ((q0 + i) * hq + h) * d + x;
+                    got[t] = oracle_float_from_bits(ob[t], c->dtype);
+                    nonfinite += !isfinite(got[t]);
+                }
+            }
+    }
+    for (int64_t row = cu_q[n]; row < total_q; ++row)
+        for (int64_t h = 0; h < hq; ++h)
+            for (int64_t x = 0; x < d; ++x)
+                poison_lost += ob[(row * hq + h) * d + x] != 0xFFFFu;
+    const double err = oracle_rel_l2(got, want, (size_t)nq);
+    const double ref_err = oracle_rel_l2(ref, want, (size_t)nq);
+    const double bound = fmax(2.0 * ref_err, c->dtype == FA2_DTYPE_BF16 ? FLOOR_BF16 : FLOOR_FP16);
+    pass = err <= bound && nonfinite == 0 && poison_lost == 0 && lse_bad == 0;
+    printf(" : err=%.3e ref=%.3e bound=%.3e nonfinite=%" PRId64 " written_outside=%" PRId64
+           " lse_bad=%" PRId64 " %s\n",
+           err, ref_err, bound, nonfinite, poison_lost, lse_bad, pass ? "PASS" : "FAIL");
+
+cleanup:
+    fflush(stdout);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse);
+    cudaFree(dcu_q), cudaFree(dused), cudaFree(dtable);
+    free(qv), free(kv), free(vv), free(lse), free(kseq), free(vseq);
+    free(qb), free(kb), free(vb), free(ob), free(want), free(ref), free(got), free(want_lse);
+    free(perm), free(table);
+    return pass;
+}
+
+/* name, dtype, hq, hkv, d, causal, left, right, n, len_q, len_k, page, shared, consumer */
+static const paged_case_t paged_cases[] = {
+    {"mixed lengths, shared prefix", BF16, 4, 2, 128, 1, -1, -1, 6,
+     {300, 17, 0, 1, 5, 64}, {300, 17, 0, 1, 200, 640}, 16, 2, 0},
+    {"window", FP16, 2, 2, 64, 0, 40, 8, 3, {100, 1, 64}, {37, 500, 64}, 64, 0, 0},
+    {"MQA d 256", BF16, 8, 1, 256, 1, -1, -1, 3, {129, 2, 1}, {129, 700, 300}, 256, 1, 0},
+    {"odd page", BF16, 4, 2, 128, 1, -1, -1, 4, {1, 33, 2, 100}, {250, 33, 90, 100}, 17, 1, 1},
+    {"decode rows, d 96", FP16, 3, 3, 96, 1, -1, -1, 5, {1, 1, 1, 4, 1},
+     {1000, 31, 1, 64, 2048}, 32, 0, 0},
+    {"page of one key", BF16, 2, 1, 64, 0, -1, -1, 2, {7, 1}, {40, 3}, 1, 1, 0},
+};
+
+static void test_paged_matches_oracle(void **state)
+{
+    (void)state;
+    long failed = 0, run = 0;
+    for (size_t i = 0; i < sizeof paged_cases / sizeof paged_cases[0]; ++i)
+        if (g_only < 0 || g_only == 100 + (long)i)
+            failed += !run_paged_case(100 + (long)i, &paged_cases[i]), ++run;
+    printf("%ld of %ld paged cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    assert_int_equal(failed, 0);
+}
+
 static void test_varlen_matches_oracle(void **state)
 {
     (void)state;
@@ -395,6 +592,7 @@ int main(void)
         return setup;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_matches_oracle),
+        cmocka_unit_test(test_paged_matches_oracle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

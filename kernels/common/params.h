@@ -37,6 +37,14 @@ typedef struct fa2_params_t {
        r at b * stats_batch_stride + h * stats_head_stride + (its q_start) + r. */
     int64_t stats_batch_stride;
     int64_t stats_head_stride;
+    /* Paged K/V (page_table set; a packed batch): key j of sequence b is row j % page_size
+       of page page_table[b * pages_per_seq + j / page_size]; k/v_batch_stride are then
+       the page strides. The page ids are device values, checked against num_pages. */
+    const int32_t *page_table;
+    int32_t page_size;
+    int32_t pages_per_seq;
+    int32_t num_pages;
+    int32_t reserved_paged;
 
     int32_t batch;
     int32_t heads_q;

@@ -9,8 +9,8 @@
 //   - a packed variable-length batch (p.cu_seqlens_q set): the batch strides are 0 and
 //     sequence b's rows start at cu_seqlens_q[b] / cu_seqlens_k[b], its lengths from the
 //     offsets (or seqused_k); p.seqlen_q / p.seqlen_k are then the planned maxima;
-//   - next: a paged KV cache: k_row / v_row look the row's page up in a page table
-//     (the tile loads then take a row pointer per row, or one per page-sized tile);
+//   - a paged KV cache (kPagedSeq): PagedRows looks each key row's page up in the page
+//     table, and the K/V tile loads take it instead of a row pointer and stride;
 //   - split-KV: a block's key range is a slice of the sequence's, set by the caller.
 #pragma once
 
@@ -31,7 +31,7 @@ struct Sequence {
 // How a kernel finds its sequences: compiled for dense or for packed batches (the
 // forward: a dense batch's kernels keep the call's lengths as constants), or deciding
 // at run time from p.cu_seqlens_q (the backward: one kernel serves both).
-enum SeqMode { kDenseSeq, kPackedSeq, kAnySeq };
+enum SeqMode { kDenseSeq, kPackedSeq, kPagedSeq, kAnySeq };
 
 // Sequence `batch`. Packed: from the offsets; a sequence whose offsets or lengths leave
 // the planned bounds (maximum lengths, the tensors' rows) gets seqlen_q = 0, and no
@@ -40,15 +40,23 @@ template <int kMode>
 __device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
 {
     Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k};
-    if (kMode == kPackedSeq || (kMode == kAnySeq && p.cu_seqlens_q)) {
+    if (kMode == kPackedSeq || kMode == kPagedSeq || (kMode == kAnySeq && p.cu_seqlens_q)) {
         s.q_start = p.cu_seqlens_q[batch];
         s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_start;
-        s.k_start = p.cu_seqlens_k[batch];
-        s.seqlen_k = p.seqused_k ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - s.k_start;
+        bool k_in_bounds;
+        if (kMode == kPagedSeq) {  // keys from the sequence's pages: its own row 0 up
+            s.seqlen_k = p.seqused_k[batch];
+            k_in_bounds = s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
+                          s.seqlen_k <= static_cast<int64_t>(p.pages_per_seq) * p.page_size;
+        } else {
+            s.k_start = p.cu_seqlens_k[batch];
+            s.seqlen_k =
+                p.seqused_k ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - s.k_start;
+            k_in_bounds = s.k_start >= 0 && s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
+                          s.k_start <= p.total_k - s.seqlen_k;
+        }
         const bool in_bounds = s.q_start >= 0 && s.seqlen_q >= 0 && s.seqlen_q <= p.seqlen_q &&
-                               s.q_start <= p.total_q - s.seqlen_q && s.k_start >= 0 &&
-                               s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
-                               s.k_start <= p.total_k - s.seqlen_k;
+                               s.q_start <= p.total_q - s.seqlen_q && k_in_bounds;
         if (!in_bounds) s.seqlen_q = s.seqlen_k = 0;
     }
     return s;
@@ -118,6 +126,42 @@ __device__ __forceinline__ Elem *dv_row(const fa2_params_t &p, const Sequence &s
 {
     return static_cast<Elem *>(p.dv) + s.batch * p.v_batch_stride + kv_head * p.v_head_stride +
            (s.k_start + row) * p.v_seq_stride;
+}
+
+// The key rows of one (sequence, kv head) in a paged K or V: row(key) is the address
+// of key `key`'s head_dim values, or NULL when its page id is out of [0, num_pages).
+template <typename Elem>
+struct PagedRows {
+    const Elem *head;       // page 0, row 0 of this kv head
+    const int32_t *pages;   // the sequence's page-table row
+    int64_t page_stride, row_stride;
+    int page_size, num_pages;
+
+    __device__ __forceinline__ const Elem *row(int key) const
+    {
+        const int index = key / page_size;
+        const int page = pages[index];
+        if (page < 0 || page >= num_pages) return nullptr;
+        return head + page * page_stride + (key - index * page_size) * row_stride;
+    }
+};
+
+template <typename Elem>
+__device__ __forceinline__ PagedRows<Elem> paged_k(const fa2_params_t &p, const Sequence &s,
+                                                   int kv_head)
+{
+    return {static_cast<const Elem *>(p.k) + kv_head * p.k_head_stride,
+            p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq, p.k_batch_stride,
+            p.k_seq_stride, p.page_size, p.num_pages};
+}
+
+template <typename Elem>
+__device__ __forceinline__ PagedRows<Elem> paged_v(const fa2_params_t &p, const Sequence &s,
+                                                   int kv_head)
+{
+    return {static_cast<const Elem *>(p.v) + kv_head * p.v_head_stride,
+            p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq, p.v_batch_stride,
+            p.v_seq_stride, p.page_size, p.num_pages};
 }
 
 // Index of query row 0 of (sequence, head) in the per-row statistics: LSE and D (one

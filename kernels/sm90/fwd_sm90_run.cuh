@@ -16,9 +16,11 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
+    if (p.page_table)
+        return launch_one(fwd_sm90_kernel<Tr, kPagedSeq>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
     return p.cu_seqlens_q
-               ? launch_one(fwd_sm90_kernel<Tr, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p)
-               : launch_one(fwd_sm90_kernel<Tr, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+               ? launch_one(fwd_sm90_kernel<Tr, kPackedSeq>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p)
+               : launch_one(fwd_sm90_kernel<Tr, kDenseSeq>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
 }  // namespace fa2

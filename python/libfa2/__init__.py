@@ -43,7 +43,7 @@ __all__ = [
     "Fa2Error", "Fa2ShapeError", "Fa2LibraryNotFound", "Problem", "DeviceInfo", "Plan",
     "Library", "load_library", "library", "version", "build_info", "status_string", "device_info",
     "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
-    "attention", "flash_attn_func", "flash_attn_varlen_func",
+    "attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
     "DTYPE_FP16", "DTYPE_BF16", "MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
     "STRUCT_MIRRORS", "plan_for", "repeats_addresses",
 ]
@@ -179,7 +179,8 @@ class Problem(ctypes.Structure):
                 + [("softmax_scale", ctypes.c_float), ("reserved0", _i32)]
                 + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
                 + [("deterministic", _i32), ("reserved1", _i32)]
-                + [("total_q", _i64), ("total_k", _i64)])
+                + [("total_q", _i64), ("total_k", _i64)]
+                + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq")])
 
 
 class DeviceInfo(ctypes.Structure):
@@ -302,7 +303,7 @@ class Library:
         c.fa2_plan.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(DeviceInfo),
                                ctypes.POINTER(PlanStruct)]
         c.fa2_forward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 6 + [sz, vp]
-        c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 9 + [sz, vp]
+        c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
         c.fa2_backward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 13 + [sz, vp]
         c.fa2_backward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
         for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_forward_varlen",
@@ -546,11 +547,13 @@ def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strid
 def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *, batch,
                         max_seqlen_q, max_seqlen_k, q_strides=None, k_strides=None,
                         v_strides=None, o_strides=None, causal=False, window=(-1, -1),
-                        softmax_scale=None, lib=None):
+                        softmax_scale=None, pages=None, lib=None):
     """An fa2_problem_t for a packed variable-length batch (fa2_forward_varlen): Q and O
     [total_q, heads_q, head_dim], K and V [total_k, heads_kv, head_dim], strides (row,
     head) in elements (None = contiguous); at most `batch` sequences, the longest
-    max_seqlen_q queries and max_seqlen_k keys. fa2_plan validates it."""
+    max_seqlen_q queries and max_seqlen_k keys. pages=(page_size, num_pages,
+    pages_per_seq, k_page_stride, v_page_stride): K and V are a paged cache [num_pages,
+    page_size, heads_kv, head_dim] instead (total_k 0). fa2_plan validates it."""
     p = (lib or library()).problem_init(dtype, batch, max_seqlen_q, max_seqlen_k, heads_q,
                                          heads_kv, head_dim)
     p.total_q, p.total_k = int(total_q), int(total_k)
@@ -561,6 +564,10 @@ def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *,
         setattr(p, f"{n}_batch_stride", 0)
         setattr(p, f"{n}_seq_stride", row)
         setattr(p, f"{n}_head_stride", head)
+    if pages is not None:
+        page_size, num_pages, pages_per_seq, k_page, v_page = (int(x) for x in pages)
+        p.page_size, p.num_pages, p.pages_per_seq = page_size, num_pages, pages_per_seq
+        p.k_batch_stride, p.v_batch_stride = k_page, v_page
     p.causal = int(bool(causal))
     p.window_left, p.window_right = int(window[0]), int(window[1])
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
@@ -619,15 +626,17 @@ class Plan:
             _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward")
 
     def forward_varlen(self, q, k, v, o, cu_seqlens_q, cu_seqlens_k, lse=None,
-                       seqused_k=None, workspace=None, workspace_bytes=None, stream=None):
-        """fa2_forward_varlen for a packed plan (make_varlen_problem): the offsets are
-        device int32 arrays (pointers or torch tensors), read on the GPU only."""
+                       seqused_k=None, page_table=None, workspace=None, workspace_bytes=None,
+                       stream=None):
+        """fa2_forward_varlen for a packed plan (make_varlen_problem): the offsets, key
+        counts and page table are device int32 arrays (pointers or torch tensors), read
+        on the GPU only."""
         if workspace_bytes is None:
             workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) else 0
         self.lib.check(self.lib.cdll.fa2_forward_varlen(
             ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse),
-            _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), _ptr(workspace),
-            workspace_bytes, _stream(stream)), "fa2_forward_varlen")
+            _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), _ptr(page_table),
+            _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward_varlen")
 
     def backward_varlen(self, q, k, v, o, d_o, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
                         workspace, seqused_k=None, workspace_bytes=None, stream=None):
@@ -1200,3 +1209,72 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         int(max_seqlen_k), bool(causal), window_left, window_right,
         None if softmax_scale is None else float(softmax_scale), bool(deterministic))
     return (o, lse) if return_lse else o
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
+                            softmax_scale=None, causal=False, window_size=(-1, -1),
+                            softcap=0.0, alibi_slopes=None, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, return_softmax_lse=False):
+    """Attention over a paged KV cache in the shape of flash_attn.flash_attn_with_kvcache
+    (forward only): q [batch, seqlen_q, heads_q, d]; k_cache / v_cache [num_pages,
+    page_size, heads_kv, d] (any page size); cache_seqlens int32 [batch], each sequence's
+    key count; block_table int32 [batch, pages_per_seq], each sequence's pages in order.
+    Causal masks and windows are bottom-right aligned (decode: the query rows are the
+    last of each sequence). Returns o like q (and the LSE float32 [heads_q, batch *
+    seqlen_q] with return_softmax_lse). Writing new keys into the cache (k, v), rotary
+    embeddings, softcap and ALiBi are refused."""
+    for name, arg in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
+                      ("rotary_sin", rotary_sin), ("alibi_slopes", alibi_slopes)):
+        if arg is not None:
+            raise Fa2ShapeError(f"flash_attn_with_kvcache: {name} is not supported (use None)")
+    if softcap:
+        raise Fa2ShapeError(f"flash_attn_with_kvcache: softcap={softcap!r} is not supported")
+    torch = _torch()
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise Fa2ShapeError("q: expected a 4-dim tensor [batch, seqlen_q, heads, head_dim]")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise Fa2ShapeError(f"{name}: expected [num_pages, page_size, heads_kv, head_dim]")
+    if k_cache.shape != v_cache.shape:
+        raise Fa2ShapeError(f"k_cache has shape {tuple(k_cache.shape)}, v_cache "
+                            f"{tuple(v_cache.shape)}: they must match")
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    q3 = (q if q.is_contiguous() else q.contiguous()).view(batch * seqlen_q, q.shape[2],
+                                                             q.shape[3])
+    _check_tensors(q3.unsqueeze(0), k_cache, v_cache)
+    _check_offsets("cache_seqlens", cache_seqlens, batch, q.device)
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or \
+            block_table.dim() != 2 or block_table.shape[0] != batch or \
+            not block_table.is_contiguous() or block_table.device != q.device:
+        raise Fa2ShapeError("block_table: expected a contiguous int32 [batch, pages_per_seq] "
+                            "tensor on q's device")
+    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+    pages_per_seq = block_table.shape[1]
+    cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32,
+                        device=q.device)
+    key = ("paged", q.device.index, str(q.dtype), tuple(q3.shape), tuple(k_cache.shape),
+           k_cache.stride(), v_cache.stride(), pages_per_seq, bool(causal),
+           tuple(window_size), softmax_scale)
+    p = _plan_cache.get(key)
+    if p is None:
+        lib = library()
+        problem = make_varlen_problem(
+            q.dtype, q3.shape[0], 0, q3.shape[1], k_cache.shape[2], q3.shape[2], batch=batch,
+            max_seqlen_q=seqlen_q, max_seqlen_k=pages_per_seq * page_size,
+            k_strides=k_cache.stride()[1:3], v_strides=v_cache.stride()[1:3],
+            pages=(page_size, num_pages, pages_per_seq, k_cache.stride(0),
+                   v_cache.stride(0)),
+            causal=causal, window=window_size, softmax_scale=softmax_scale, lib=lib)
+        p = lib.plan(problem, q.device.index)
+        with _lock:
+            if len(_plan_cache) >= _PLAN_CACHE_MAX:
+                _plan_cache.clear()
+            _plan_cache[key] = p
+    o = torch.empty(q3.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q.device) \
+        if return_softmax_lse else None
+    with torch.cuda.device(q.device):
+        p.forward_varlen(q3, k_cache, v_cache, o, cu_q, None, lse, cache_seqlens, block_table,
+                         stream=torch.cuda.current_stream(q.device))
+    o = o.view(q.shape)
+    return (o, lse) if return_softmax_lse else o

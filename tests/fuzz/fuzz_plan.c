@@ -126,7 +126,13 @@ static int64_t rows_q(const fa2_problem_t *q)
 
 static int64_t rows_k(const fa2_problem_t *q)
 {
-    return q->total_q ? q->total_k : q->seqlen_k;
+    return !q->total_q ? q->seqlen_k : q->page_size ? q->page_size : q->total_k;
+}
+
+/* K and V's outer dimension: the batch, 1 for packed rows, the pages of a paged cache. */
+static int64_t batch_k(const fa2_problem_t *q)
+{
+    return q->total_q && q->page_size ? q->num_pages : layout_batch(q);
 }
 
 static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
@@ -171,13 +177,22 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(s >= 0 && s % 8 == 0);
     }
     /* a packed batch: rows within int32, at least the longest sequence, batch strides 0 */
-    if (q->total_q) {
+    CHECK(q->page_size == pr->page_size && q->num_pages == pr->num_pages &&
+          q->pages_per_seq == pr->pages_per_seq);
+    if (q->total_q && q->page_size) {
+        CHECK(q->total_q >= q->seqlen_q && q->total_q <= INT32_MAX && q->total_k == 0);
+        CHECK(q->page_size >= 1 && q->page_size <= FA2_MAX_SEQLEN);
+        CHECK(q->num_pages >= 1 && q->num_pages <= INT32_MAX);
+        CHECK(q->pages_per_seq * q->page_size >= q->seqlen_k && q->pages_per_seq <= INT32_MAX);
+        CHECK(!q->q_batch_stride && !q->o_batch_stride);
+    } else if (q->total_q) {
         CHECK(q->total_q >= q->seqlen_q && q->total_q <= INT32_MAX);
         CHECK(q->total_k >= q->seqlen_k && q->total_k <= INT32_MAX);
         CHECK(!q->q_batch_stride && !q->k_batch_stride && !q->v_batch_stride &&
               !q->o_batch_stride);
+        CHECK(!q->num_pages && !q->pages_per_seq);
     } else {
-        CHECK(q->total_k == 0);
+        CHECK(q->total_k == 0 && !q->page_size && !q->num_pages && !q->pages_per_seq);
     }
     /* O repeats no address: at least, no zero stride over a dimension of extent > 1 */
     CHECK(layout_batch(q) == 1 || q->o_batch_stride > 0);
@@ -204,7 +219,8 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
                                pl->bwd_status == FA2_ERROR_OVERLAP ||
                                pl->bwd_status == FA2_ERROR_UNSUPPORTED));
-    CHECK(pl->bwd_status != FA2_ERROR_UNSUPPORTED);
+    /* a paged cache: forward only */
+    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) == (q->page_size != 0));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
@@ -289,6 +305,8 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_params_t *p)
     CHECK(p->total_q == q->total_q && p->total_k == q->total_k);
     CHECK(p->stats_batch_stride == (q->total_q ? 0 : q->heads_q * q->seqlen_q));
     CHECK(p->stats_head_stride == (q->total_q ? q->total_q : q->seqlen_q));
+    CHECK(p->page_size == q->page_size && p->num_pages == q->num_pages &&
+          p->pages_per_seq == q->pages_per_seq);
 }
 
 /* [begin, end) of a tensor, in 128-bit arithmetic (an independent model of the
@@ -327,8 +345,8 @@ static int any_overlap(const span_t *out, int n_out, const span_t *in, int n_in)
 }
 
 #define SPAN_Q(p, q) span(p, layout_batch(q), rows_q(q), q->heads_q, q->head_dim, q->q_batch_stride, q->q_seq_stride, q->q_head_stride, 2)
-#define SPAN_K(p, q) span(p, layout_batch(q), rows_k(q), q->heads_kv, q->head_dim, q->k_batch_stride, q->k_seq_stride, q->k_head_stride, 2)
-#define SPAN_V(p, q) span(p, layout_batch(q), rows_k(q), q->heads_kv, q->head_dim, q->v_batch_stride, q->v_seq_stride, q->v_head_stride, 2)
+#define SPAN_K(p, q) span(p, batch_k(q), rows_k(q), q->heads_kv, q->head_dim, q->k_batch_stride, q->k_seq_stride, q->k_head_stride, 2)
+#define SPAN_V(p, q) span(p, batch_k(q), rows_k(q), q->heads_kv, q->head_dim, q->v_batch_stride, q->v_seq_stride, q->v_head_stride, 2)
 #define SPAN_O(p, q) span(p, layout_batch(q), rows_q(q), q->heads_q, q->head_dim, q->o_batch_stride, q->o_seq_stride, q->o_head_stride, 2)
 #define SPAN_LSE(p, q) span(p, 1, layout_batch(q) * q->heads_q * rows_q(q), 1, 1, 0, 1, 0, 4)
 
@@ -359,16 +377,24 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
     float *lse = fake_ptr(pb[4], 4);
     const int32_t *cu_q = varlen ? fake_ptr(pb[5], 5) : NULL,
                   *cu_k = varlen ? fake_ptr(pb[6], 6) : NULL,
-                  *used = varlen ? fake_ptr(pb[7], 7) : NULL;
+                  *used = varlen ? fake_ptr(pb[7], 7) : NULL,
+                  *pages = varlen ? fake_ptr(pb[8], 8) : NULL;
+    const int paged = pr->page_size != 0;
     fa2_status_t want = FA2_SUCCESS, got;
     int launches = 0;
-    if (!q || !k || !v || !o || (varlen && (!cu_q || !cu_k)))
+    if (!q || !k || !v || !o || (varlen && !cu_q))
         want = FA2_ERROR_NULL_POINTER;
     else if (!varlen != !pr->total_q)
         want = FA2_ERROR_UNSUPPORTED; /* the other entry point's plan */
+    else if (varlen && (paged ? !pages || !used : !cu_k))
+        want = FA2_ERROR_NULL_POINTER;
+    else if (varlen && !paged && pages)
+        want = FA2_ERROR_UNSUPPORTED; /* a page table for a plan without pages */
+    else if (misaligned(cu_q, 4) || (!paged && misaligned(cu_k, 4)) || misaligned(used, 4) ||
+             misaligned(pages, 4))
+        want = FA2_ERROR_MISALIGNED;
     else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
-             misaligned(o, 16) || misaligned(lse, 4) || misaligned(cu_q, 4) ||
-             misaligned(cu_k, 4) || misaligned(used, 4))
+             misaligned(o, 16) || misaligned(lse, 4))
         want = FA2_ERROR_MISALIGNED;
     else {
         const span_t out[2] = {SPAN_O(o, pr), SPAN_LSE(lse, pr)};
@@ -382,7 +408,8 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
         }
     }
     g_shim.fwd_calls = 0;
-    got = varlen ? fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, NULL, 0, NULL)
+    got = varlen ? fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, pages, NULL, 0,
+                                      NULL)
                  : fa2_forward(pl, q, k, v, o, lse, NULL, 0, NULL);
     CHECK(got == want);
     CHECK(g_shim.fwd_calls == launches);
@@ -392,8 +419,9 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
         CHECK(g_shim.fwd.kernel_family == pl->fwd_arch);
         CHECK(!g_shim.fwd.d_o && !g_shim.fwd.dq && !g_shim.fwd.dq_accum);
         CHECK(g_shim.fwd.q == q && g_shim.fwd.o == o && g_shim.fwd.lse == lse);
-        CHECK(g_shim.fwd.cu_seqlens_q == cu_q && g_shim.fwd.cu_seqlens_k == cu_k &&
-              g_shim.fwd.seqused_k == used);
+        CHECK(g_shim.fwd.cu_seqlens_q == cu_q && g_shim.fwd.seqused_k == used);
+        CHECK(g_shim.fwd.cu_seqlens_k == (paged ? NULL : cu_k));
+        CHECK(g_shim.fwd.page_table == (paged ? pages : NULL));
     }
 }
 
@@ -414,7 +442,11 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         any_null |= i < 9 && p[i] == NULL;
         any_mis |= misaligned(p[i], i == 5 ? 4 : 16); /* lse: 4 bytes */
     }
-    if (any_null || (varlen && (!cu_q || !cu_k)))
+    if (any_null || (varlen && !cu_q))
+        want = FA2_ERROR_NULL_POINTER;
+    else if (pr->page_size)
+        want = FA2_ERROR_UNSUPPORTED; /* a paged cache has no backward */
+    else if (varlen && pr->total_q && !cu_k)
         want = FA2_ERROR_NULL_POINTER;
     else if (!varlen != !pr->total_q)
         want = FA2_ERROR_UNSUPPORTED; /* the other entry point's plan */
@@ -542,9 +574,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const fa2_device_info_t h200 = {sizeof(fa2_device_info_t), 9, 0, 132, 0, 232448,
                                         233472};
         fa2_problem_init(&base, FA2_DTYPE_BF16, 2, 100, 130, 8, 2, 64);
-        if (pr.total_q) /* a packed problem: its batch strides start at 0 */
-            base.q_batch_stride = base.k_batch_stride = base.v_batch_stride =
-                base.o_batch_stride = 0;
+        if (pr.total_q) { /* a packed problem: its batch strides start at 0 */
+            base.q_batch_stride = base.o_batch_stride = 0;
+            if (!pr.page_size) /* paged K/V keep theirs as page strides */
+                base.k_batch_stride = base.v_batch_stride = 0;
+        }
         xor_bytes(&base, &pr, sizeof pr);
         pr = base;
         fa2_device_info_t d = h200;

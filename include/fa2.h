@@ -319,6 +319,26 @@ FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, c
                                         const int32_t *page_table, void *workspace,
                                         size_t workspace_bytes, void *stream);
 
+/* Writes new key and value rows into a paged plan's cache (what an engine runs before
+ * attention each step), on `stream`, asynchronously: row t of k_new and v_new
+ * ([n_tokens, heads_kv, head_dim] of the plan's dtype, rows new_row_stride elements
+ * apart, heads head_dim apart, 16-byte aligned) goes to slot slot_mapping[t] (device
+ * int32 [n_tokens]): row slot % page_size of page slot / page_size of k_cache and
+ * v_cache, laid out as plan->problem says. A slot outside [0, num_pages * page_size)
+ * is skipped (padding tokens: -1). The slots are read on the GPU only, so the call can
+ * be captured in a CUDA graph with attention and replayed with new slots; n_tokens is
+ * fixed by the capture. Two tokens with one slot: either may win.
+ * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_BAD_PLAN,
+ * FA2_ERROR_UNSUPPORTED (the plan's K/V are not paged), FA2_ERROR_INVALID_SIZE
+ * (n_tokens outside [0, 2^31 - 1]), FA2_ERROR_BAD_STRIDE (new_row_stride below
+ * heads_kv * head_dim or not a multiple of 8), FA2_ERROR_MISALIGNED, FA2_ERROR_OVERLAP
+ * (the new rows meet the caches), FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_NO_DEVICE,
+ * FA2_ERROR_CUDA. */
+FA2_API fa2_status_t fa2_cache_write(const fa2_plan_t *plan, const void *k_new,
+                                     const void *v_new, int64_t n_tokens,
+                                     int64_t new_row_stride, const int32_t *slot_mapping,
+                                     void *k_cache, void *v_cache, void *stream);
+
 /* Runs the backward pass of fa2_forward on `stream`, asynchronously: given Q, K, V,
  * the forward's output O and its LSE (lse must not be NULL: run the forward with an
  * LSE buffer), and dO = dLoss/dO, writes dQ, dK, dV. Strides: dO as O, dQ as Q, dK as

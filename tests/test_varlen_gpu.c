@@ -574,6 +574,66 @@ static void test_paged_matches_oracle(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* fa2_cache_write: new rows land in their slots' pages, bit for bit; padding slots (-1)
+ * and slots past the cache are skipped; every other cache element stays poisoned. */
+static void test_cache_write(void **state)
+{
+    (void)state;
+    const int64_t hkv = 2, d = 128, ps = 16, num_pages = 9, n = 40, row = hkv * d + 8;
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 4, 8, num_pages * ps, 8, hkv, d);
+    p.total_q = 32;
+    p.page_size = ps;
+    p.num_pages = num_pages;
+    p.pages_per_seq = num_pages;
+    p.q_batch_stride = p.o_batch_stride = 0;
+    p.k_batch_stride = p.v_batch_stride = ps * hkv * d;
+    fa2_plan_t plan;
+    assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+    const int64_t n_cache = num_pages * ps * hkv * d, n_new = n * row;
+    uint16_t *knew = malloc(2 * (size_t)n_new), *vnew = malloc(2 * (size_t)n_new),
+             *kc = malloc(2 * (size_t)n_cache), *vc = malloc(2 * (size_t)n_cache);
+    int32_t slots[40];
+    assert_true(knew && vnew && kc && vc);
+    oracle_rng_t rng = case_rng(g_seed, 3000);
+    for (int64_t i = 0; i < n_new; ++i) {
+        knew[i] = (uint16_t)(oracle_rng_next(&rng) & 0x7F7F);
+        vnew[i] = (uint16_t)(oracle_rng_next(&rng) & 0x7F7F);
+    }
+    for (int t = 0; t < n; ++t) /* distinct slots, a few padding and out-of-range ones */
+        slots[t] = t % 7 == 3 ? -1 : t % 11 == 5 ? (int32_t)(num_pages * ps + t)
+                                                 : (int32_t)((t * 37) % (num_pages * ps));
+    void *dk = upload(knew, 2 * (size_t)n_new), *dv = upload(vnew, 2 * (size_t)n_new),
+         *dkc = upload(NULL, 2 * (size_t)n_cache), *dvc = upload(NULL, 2 * (size_t)n_cache);
+    int32_t *dslots = upload(slots, sizeof slots);
+    assert_int_equal(fa2_cache_write(&plan, dk, dv, n, row, dslots, dkc, dvc, NULL),
+                     FA2_SUCCESS);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(kc, dkc, 2 * (size_t)n_cache, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(vc, dvc, 2 * (size_t)n_cache, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    char *written = calloc((size_t)n_cache, 1);
+    assert_true(written != NULL);
+    int64_t wrong = 0, stray = 0;
+    for (int t = 0; t < n; ++t) {
+        if (slots[t] < 0 || slots[t] >= num_pages * ps)
+            continue;
+        const int64_t at = (int64_t)slots[t] * hkv * d; /* page stride = ps rows */
+        for (int64_t x = 0; x < hkv * d; ++x) {
+            wrong += kc[at + x] != knew[t * row + x] || vc[at + x] != vnew[t * row + x];
+            written[at + x] = 1;
+        }
+    }
+    for (int64_t i = 0; i < n_cache; ++i)
+        stray += !written[i] && (kc[i] != 0xFFFFu || vc[i] != 0xFFFFu);
+    printf("cache write: %d tokens, page %" PRId64 ": wrong %" PRId64 ", written outside %"
+           PRId64 " %s\n", (int)n, ps, wrong, stray, wrong || stray ? "FAIL" : "PASS");
+    cudaFree(dk), cudaFree(dv), cudaFree(dkc), cudaFree(dvc), cudaFree(dslots);
+    free(knew), free(vnew), free(kc), free(vc), free(written);
+    assert_int_equal(wrong + stray, 0);
+}
+
 static void test_varlen_matches_oracle(void **state)
 {
     (void)state;
@@ -593,6 +653,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_matches_oracle),
         cmocka_unit_test(test_paged_matches_oracle),
+        cmocka_unit_test(test_cache_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -490,6 +490,60 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
     }
 }
 
+/* fa2_cache_write: pointers from pb[0..4] (k_new, v_new, slots, k_cache, v_cache),
+ * n_tokens and the row stride from the input's workspace bytes. */
+static void fuzz_cache_write(const fa2_plan_t *pl, const uint8_t *pb, uint64_t bits,
+                             int launch_fails)
+{
+    const fa2_problem_t *pr = &pl->problem;
+    void *k_new = fake_ptr(pb[0], 30), *v_new = fake_ptr(pb[1], 31),
+         *k_cache = fake_ptr(pb[3], 33), *v_cache = fake_ptr(pb[4], 34);
+    const int32_t *slots = fake_ptr(pb[2], 32);
+    const int64_t n_tokens = (int64_t)(int32_t)(bits & 0xFFFFFFFF) >> 20; /* small, or < 0 */
+    const int64_t stride = pr->heads_kv * pr->head_dim + 8 * (int64_t)((bits >> 32) % 3) -
+                           ((bits >> 34) & 1 ? 4 : 0);
+    fa2_status_t want = FA2_SUCCESS, got;
+    int launches = 0;
+    if (!k_new || !v_new || !slots || !k_cache || !v_cache)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (!pr->page_size)
+        want = FA2_ERROR_UNSUPPORTED;
+    else if (n_tokens < 0)
+        want = FA2_ERROR_INVALID_SIZE;
+    else if (stride < pr->heads_kv * pr->head_dim || stride % 8)
+        want = FA2_ERROR_BAD_STRIDE;
+    else if (misaligned(k_new, 16) || misaligned(v_new, 16) || misaligned(slots, 4) ||
+             misaligned(k_cache, 16) || misaligned(v_cache, 16))
+        want = FA2_ERROR_MISALIGNED;
+    else if (n_tokens > 0) {
+        const __int128 new_bytes = ((__int128)(n_tokens - 1) * stride +
+                                    pr->heads_kv * pr->head_dim) * 2;
+        const span_t out[2] = {SPAN_K(k_cache, pr), SPAN_V(v_cache, pr)};
+        const span_t in[3] = {{(uintptr_t)k_new, (uintptr_t)k_new + new_bytes},
+                              {(uintptr_t)v_new, (uintptr_t)v_new + new_bytes},
+                              {(uintptr_t)slots, (uintptr_t)slots + (__int128)n_tokens * 4}};
+        if (any_overlap(out, 2, in, 3))
+            want = FA2_ERROR_OVERLAP;
+        else if ((want = device_status(pl, 0)) == FA2_SUCCESS) {
+            launches = 1;
+            if (launch_fails)
+                want = FA2_ERROR_CUDA;
+        }
+    }
+    g_shim.cache_calls = 0;
+    got = fa2_cache_write(pl, k_new, v_new, n_tokens, stride, slots, k_cache, v_cache, NULL);
+    CHECK(got == want);
+    CHECK(g_shim.cache_calls == launches);
+    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
+    if (launches) {
+        const fa2_cache_write_params_t *c = &g_shim.cache;
+        CHECK(c->n_tokens == n_tokens && c->new_row_stride == stride && c->slot_mapping == slots);
+        CHECK(c->slots == pr->num_pages * pr->page_size && c->page_size == pr->page_size);
+        CHECK(c->page_stride_k == pr->k_batch_stride && c->row_stride_k == pr->k_seq_stride);
+        CHECK(c->heads_kv == pr->heads_kv && c->head_dim == pr->head_dim);
+    }
+}
+
 /* A plan with bytes changed after fa2_plan: fa2_forward / fa2_backward refuse it
  * unless it is exactly what fa2_plan makes of its own problem and device; whatever
  * reaches a launcher satisfies every plan invariant (check_plan), so no edited plan can
@@ -614,6 +668,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_forward(&plan, ptrs, flags & 8, 1);
         fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 0);
         fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 1);
+        fuzz_cache_write(&plan, ptrs, ws_bytes, flags & 8);
         fuzz_edited_plan(&plan, edits);
     }
     /* the NULL arguments, whatever the input */

@@ -634,6 +634,139 @@ static void test_cache_write(void **state)
     assert_int_equal(wrong + stray, 0);
 }
 
+/* One decode step of a paged engine, captured once in a CUDA graph (fa2_cache_write of
+ * the step's new keys, then fa2_forward_varlen over the cache) and replayed three times
+ * with new lengths, slots and page tables written into the same device arrays; after
+ * each replay every sequence's output is compared with the oracle on its keys. */
+static void test_graph_replay(void **state)
+{
+    (void)state;
+    enum { kSeqs = 3, kPages = 40, kPerSeq = 12 };
+    const int64_t hq = 4, hkv = 2, d = 64, ps = 16, tokens = kSeqs; /* one new key each */
+    const int64_t n_cache = kPages * ps * hkv * d;
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, kSeqs, 1, kPerSeq * ps, hq, hkv, d);
+    p.total_q = kSeqs;
+    p.page_size = ps;
+    p.num_pages = kPages;
+    p.pages_per_seq = kPerSeq;
+    p.causal = 1;
+    p.q_batch_stride = p.o_batch_stride = 0;
+    p.k_batch_stride = p.v_batch_stride = ps * hkv * d;
+    fa2_plan_t plan;
+    assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+    oracle_rng_t rng = case_rng(g_seed, 4000);
+    float *kv = malloc(sizeof(float) * (size_t)n_cache),
+          *vv = malloc(sizeof(float) * (size_t)n_cache),
+          *qv = malloc(sizeof(float) * (size_t)(kSeqs * hq * d)),
+          *knew = malloc(sizeof(float) * (size_t)(tokens * hkv * d)),
+          *vnew = malloc(sizeof(float) * (size_t)(tokens * hkv * d)),
+          *kseq = malloc(sizeof(float) * (size_t)(kPerSeq * ps * hkv * d)),
+          *vseq = malloc(sizeof(float) * (size_t)(kPerSeq * ps * hkv * d));
+    uint16_t *kb = malloc(2 * (size_t)n_cache), *vb = malloc(2 * (size_t)n_cache),
+             *qb = malloc(2 * (size_t)(kSeqs * hq * d)), *ob = malloc(2 * (size_t)(kSeqs * hq * d)),
+             *knb = malloc(2 * (size_t)(tokens * hkv * d)),
+             *vnb = malloc(2 * (size_t)(tokens * hkv * d));
+    double *want = malloc(sizeof(double) * (size_t)(hq * d)), lse1[8];
+    assert_true(kv && vv && qv && knew && vnew && kseq && vseq && kb && vb && qb && ob && knb &&
+                vnb && want);
+    fill(kv, kb, n_cache, &rng, FA2_DTYPE_BF16);
+    fill(vv, vb, n_cache, &rng, FA2_DTYPE_BF16);
+    void *dk = upload(kb, 2 * (size_t)n_cache), *dv = upload(vb, 2 * (size_t)n_cache),
+         *dq = upload(NULL, 2 * (size_t)(kSeqs * hq * d)),
+         *d_o = upload(NULL, 2 * (size_t)(kSeqs * hq * d)),
+         *dkn = upload(NULL, 2 * (size_t)(tokens * hkv * d)),
+         *dvn = upload(NULL, 2 * (size_t)(tokens * hkv * d));
+    int32_t cu_q[kSeqs + 1] = {0, 1, 2, 3}, used[kSeqs], slots[kSeqs], table[kSeqs * kPerSeq];
+    int32_t *dcu = upload(cu_q, sizeof cu_q), *dused = upload(NULL, sizeof used),
+            *dslots = upload(NULL, sizeof slots), *dtable = upload(NULL, sizeof table);
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    assert_int_equal(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const fa2_status_t w =
+        fa2_cache_write(&plan, dkn, dvn, tokens, hkv * d, dslots, dk, dv, stream);
+    const fa2_status_t f =
+        fa2_forward_varlen(&plan, dq, dk, dv, d_o, NULL, dcu, NULL, dused, dtable, NULL, 0, stream);
+    assert_int_equal(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    assert_int_equal(w, FA2_SUCCESS);
+    assert_int_equal(f, FA2_SUCCESS);
+    assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    long failed = 0;
+    for (int round = 0; round < 3; ++round) {
+        /* new lengths (the new key included), pages (a shuffled deal) and slots */
+        int32_t next = (int32_t)(round * 7 % kPages);
+        for (int b = 0; b < kSeqs; ++b) {
+            used[b] = (int32_t)(1 + (oracle_rng_next(&rng) % (uint64_t)(kPerSeq * ps - 1)));
+            for (int j = 0; j < kPerSeq; ++j) {
+                table[b * kPerSeq + j] = next;
+                next = (next + 13) % kPages;
+            }
+            const int32_t last = used[b] - 1; /* the new key's position */
+            slots[b] = table[b * kPerSeq + last / ps] * (int32_t)ps + last % ps;
+        }
+        fill(qv, qb, kSeqs * hq * d, &rng, FA2_DTYPE_BF16);
+        fill(knew, knb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
+        fill(vnew, vnb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
+        assert_int_equal(cudaMemcpy(dused, used, sizeof used, cudaMemcpyHostToDevice), cudaSuccess);
+        assert_int_equal(cudaMemcpy(dslots, slots, sizeof slots, cudaMemcpyHostToDevice),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(dtable, table, sizeof table, cudaMemcpyHostToDevice),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(dq, qb, 2 * (size_t)(kSeqs * hq * d), cudaMemcpyHostToDevice),
+                         cudaSuccess);
+        assert_int_equal(
+            cudaMemcpy(dkn, knb, 2 * (size_t)(tokens * hkv * d), cudaMemcpyHostToDevice),
+            cudaSuccess);
+        assert_int_equal(
+            cudaMemcpy(dvn, vnb, 2 * (size_t)(tokens * hkv * d), cudaMemcpyHostToDevice),
+            cudaSuccess);
+        assert_int_equal(cudaMemset(d_o, 0xFF, 2 * (size_t)(kSeqs * hq * d)), cudaSuccess);
+        assert_int_equal(cudaGraphLaunch(exec, stream), cudaSuccess);
+        assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+        assert_int_equal(cudaMemcpy(ob, d_o, 2 * (size_t)(kSeqs * hq * d), cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        /* the host's copy of the cache, with this step's keys written */
+        for (int b = 0; b < kSeqs; ++b) {
+            memcpy(kv + (int64_t)slots[b] * hkv * d, knew + b * hkv * d,
+                   sizeof(float) * (size_t)(hkv * d));
+            memcpy(vv + (int64_t)slots[b] * hkv * d, vnew + b * hkv * d,
+                   sizeof(float) * (size_t)(hkv * d));
+        }
+        double worst = 0.0;
+        for (int b = 0; b < kSeqs; ++b) {
+            for (int64_t j = 0; j < used[b]; ++j) {
+                const int64_t at = ((int64_t)table[b * kPerSeq + j / ps] * ps + j % ps) * hkv * d;
+                memcpy(kseq + j * hkv * d, kv + at, sizeof(float) * (size_t)(hkv * d));
+                memcpy(vseq + j * hkv * d, vv + at, sizeof(float) * (size_t)(hkv * d));
+            }
+            fa2_problem_t one;
+            fa2_problem_init(&one, FA2_DTYPE_BF16, 1, 1, used[b], hq, hkv, d);
+            one.causal = 1;
+            assert_int_equal(oracle_forward(&one, qv + b * hq * d, kseq, vseq, want, lse1), 0);
+            double num = 0.0, den = 0.0;
+            for (int64_t x = 0; x < hq * d; ++x) {
+                const double g = oracle_float_from_bits(ob[b * hq * d + x], FA2_DTYPE_BF16);
+                num += (g - want[x]) * (g - want[x]);
+                den += want[x] * want[x];
+            }
+            const double e = isfinite(num) ? sqrt(num / fmax(den, 1e-300)) : INFINITY;
+            worst = e > worst ? e : worst;
+        }
+        const int ok = worst <= FLOOR_BF16;
+        failed += !ok;
+        printf("graph replay %d: lengths %d %d %d, worst rel. error %.2e %s\n", round, (int)used[0],
+               (int)used[1], (int)used[2], worst, ok ? "PASS" : "FAIL");
+    }
+    cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(stream);
+    cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(d_o), cudaFree(dkn), cudaFree(dvn);
+    cudaFree(dcu), cudaFree(dused), cudaFree(dslots), cudaFree(dtable);
+    free(kv), free(vv), free(qv), free(knew), free(vnew), free(kseq), free(vseq);
+    free(kb), free(vb), free(qb), free(ob), free(knb), free(vnb), free(want);
+    assert_int_equal(failed, 0);
+}
+
 static void test_varlen_matches_oracle(void **state)
 {
     (void)state;
@@ -654,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_varlen_matches_oracle),
         cmocka_unit_test(test_paged_matches_oracle),
         cmocka_unit_test(test_cache_write),
+        cmocka_unit_test(test_graph_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -331,8 +331,8 @@ FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, c
  * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_BAD_PLAN,
  * FA2_ERROR_UNSUPPORTED (the plan's K/V are not paged), FA2_ERROR_INVALID_SIZE
  * (n_tokens outside [0, 2^31 - 1]), FA2_ERROR_BAD_STRIDE (new_row_stride below
- * heads_kv * head_dim or not a multiple of 8), FA2_ERROR_MISALIGNED, FA2_ERROR_OVERLAP
- * (the new rows meet the caches), FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_NO_DEVICE,
+ * heads_kv * head_dim or not a multiple of 8), FA2_ERROR_SIZE_OVERFLOW (the new rows'
+ * extent), FA2_ERROR_MISALIGNED, FA2_ERROR_OVERLAP (the new rows meet the caches), FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_NO_DEVICE,
  * FA2_ERROR_CUDA. */
 FA2_API fa2_status_t fa2_cache_write(const fa2_plan_t *plan, const void *k_new,
                                      const void *v_new, int64_t n_tokens,

@@ -515,6 +515,9 @@ static void fuzz_cache_write(const fa2_plan_t *pl, const uint8_t *pb, uint64_t b
     else if (misaligned(k_new, 16) || misaligned(v_new, 16) || misaligned(slots, 4) ||
              misaligned(k_cache, 16) || misaligned(v_cache, 16))
         want = FA2_ERROR_MISALIGNED;
+    else if (n_tokens > 0 && ((__int128)(n_tokens - 1) * stride + pr->heads_kv * pr->head_dim) *
+                                     2 > INT64_MAX)
+        want = FA2_ERROR_SIZE_OVERFLOW;
     else if (n_tokens > 0) {
         const __int128 new_bytes = ((__int128)(n_tokens - 1) * stride +
                                     pr->heads_kv * pr->head_dim) * 2;

@@ -508,7 +508,8 @@ static void fuzz_cache_write(const fa2_plan_t *pl, const uint8_t *pb, uint64_t b
         want = FA2_ERROR_NULL_POINTER;
     else if (!pr->page_size)
         want = FA2_ERROR_UNSUPPORTED;
-    else if (n_tokens < 0)
+    else if (n_tokens < 0 ||
+             n_tokens * pr->heads_kv > (int64_t)INT32_MAX * 256 / (pr->head_dim / 8))
         want = FA2_ERROR_INVALID_SIZE;
     else if (stride < pr->heads_kv * pr->head_dim || stride % 8)
         want = FA2_ERROR_BAD_STRIDE;

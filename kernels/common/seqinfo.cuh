@@ -146,22 +146,16 @@ struct PagedRows {
     }
 };
 
-template <typename Elem>
-__device__ __forceinline__ PagedRows<Elem> paged_k(const fa2_params_t &p, const Sequence &s,
-                                                   int kv_head)
+// The rows of K (kV = false) or V for one (sequence, kv head) of a paged cache.
+template <typename Elem, bool kV>
+__device__ __forceinline__ PagedRows<Elem> paged_rows(const fa2_params_t &p, const Sequence &s,
+                                                      int kv_head)
 {
-    return {static_cast<const Elem *>(p.k) + kv_head * p.k_head_stride,
-            p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq, p.k_batch_stride,
-            p.k_seq_stride, p.page_size, p.num_pages};
-}
-
-template <typename Elem>
-__device__ __forceinline__ PagedRows<Elem> paged_v(const fa2_params_t &p, const Sequence &s,
-                                                   int kv_head)
-{
-    return {static_cast<const Elem *>(p.v) + kv_head * p.v_head_stride,
-            p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq, p.v_batch_stride,
-            p.v_seq_stride, p.page_size, p.num_pages};
+    return {static_cast<const Elem *>(kV ? p.v : p.k) +
+                kv_head * (kV ? p.v_head_stride : p.k_head_stride),
+            p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq,
+            kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_seq_stride : p.k_seq_stride,
+            p.page_size, p.num_pages};
 }
 
 // Index of query row 0 of (sequence, head) in the per-row statistics: LSE and D (one

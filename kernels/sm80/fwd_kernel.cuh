@@ -27,7 +27,7 @@ __device__ __forceinline__ void load_kv(uint32_t smem, const fa2_params_t &p,
     using Elem = typename Tr::Elem;
     if constexpr (kMode == kPagedSeq) {
         load_tile_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            smem, kV ? paged_v<Elem>(p, seq, kv_head) : paged_k<Elem>(p, seq, kv_head),
+            smem, paged_rows<Elem, kV>(p, seq, kv_head),
             key_first, seq.seqlen_k - key_first, p.head_dim, tid);
     } else {
         const Elem *rows =

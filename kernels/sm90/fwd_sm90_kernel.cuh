@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode == kPagedSeq)
             load_panels_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, paged_k<Elem>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
+                dst, paged_rows<Elem, false>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
                 p.head_dim, tid);
         else
             load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode == kPagedSeq)
             load_panels_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, paged_v<Elem>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
+                dst, paged_rows<Elem, true>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
                 p.head_dim, tid);
         else
             load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(

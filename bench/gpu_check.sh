@@ -20,6 +20,8 @@
 #                    backward per shape (FA2_AB_ARGS: its extra arguments); ab.log, ab.csv
 #   FA2_AB_NOISE=1   with FA2_BASELINE: also this tree's library against a copy of
 #                    itself (the harness's own noise); ab-noise.log
+#   FA2_VARLEN=1     also run bench/varlen_compare.py (packed and paged batches against
+#                    PyTorch's varlen kernel and libfa2's dense one); varlen.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -112,6 +114,12 @@ if [ "${FA2_SDPA:-0}" = 1 ]; then
         --csv "$OUT/sdpa.csv" ${FA2_SDPA_ARGS:-}
 fi
 
+if [ "${FA2_VARLEN:-0}" = 1 ]; then
+    : >"$OUT/varlen.log"
+    run_step varlen "$OUT/varlen.log" python3 bench/varlen_compare.py --lib "$BUILD/libfa2.so" \
+        --csv "$OUT/varlen.csv"
+fi
+
 # ---- summary (last, so the device tool's output tail holds it) -----------------------
 {
     echo
@@ -161,6 +169,10 @@ fi
     if [ -s "$OUT/ab-noise.log" ]; then
         echo "noise:  this tree over a copy of itself:"
         grep -E '^[0-9]+ shapes, ' "$OUT/ab-noise.log" | sed 's/^/        /'
+    fi
+    if [ -s "$OUT/varlen.log" ]; then
+        echo "varlen: (TFLOP/s)"
+        grep -E "^(varlen|equal|paged) " "$OUT/varlen.log" | sed 's/^/        /'
     fi
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'

@@ -71,7 +71,7 @@ typedef enum fa2_status_t {
                                             was made for */
     FA2_ERROR_RESERVED = 20,             /* a reserved field is not zero */
     FA2_ERROR_UNSUPPORTED = 21           /* a combination this version does not run (yet),
-                                            e.g. the backward of a packed batch */
+                                            e.g. a packed plan given to fa2_forward */
 } fa2_status_t;
 
 /* Limits that fa2_plan enforces (every accepted value runs correctly; see
@@ -176,7 +176,11 @@ typedef struct fa2_problem_t {
     int32_t reserved1;       /* zero */
     /* Packed variable-length batch (see below); 0 and 0 for a dense batch. */
     int64_t total_q;         /* rows of packed Q and O, >= seqlen_q, <= 2^31 - 1 */
-    int64_t total_k;         /* rows of packed K and V, >= seqlen_k, <= 2^31 - 1 */
+    int64_t total_k;         /* rows of packed K and V, >= seqlen_k, <= 2^31 - 1; 0 when paged */
+    /* Paged K/V of a packed batch (see below); 0, 0, 0 when K/V are not paged. */
+    int64_t page_size;       /* key rows per page, in [1, FA2_MAX_SEQLEN] */
+    int64_t num_pages;       /* pages K and V hold, in [1, 2^31 - 1] */
+    int64_t pages_per_seq;   /* page-table entries per sequence, >= ceil(seqlen_k / page_size) */
 } fa2_problem_t;
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
@@ -190,8 +194,19 @@ typedef struct fa2_problem_t {
  * offset). Masks and windows apply per sequence, bottom-right aligned. LSE: float32
  * [heads_q, total_q], natural log: row r of the packed Q, head h, at h * total_q + r.
  * A sequence whose offsets or lengths leave these bounds is skipped (its O and LSE
- * rows are not written); the offsets are not otherwise checked yet. Not supported
- * yet: the backward (plan->bwd_status = FA2_ERROR_UNSUPPORTED) and a paged KV cache. */
+ * rows, and in the backward its dQ, dK and dV rows, are not written); the offsets are
+ * not otherwise checked yet. The backward: fa2_backward_varlen with the forward's
+ * offsets; it writes dQ rows that belong to no sequence (e.g. spare rows past the last
+ * offset) as 0.
+ *
+ * Paged K/V (page_size >= 1, a packed batch): K and V are [num_pages, page_size,
+ * heads_kv, head_dim] with free strides (k/v_batch_stride is the page stride, k/v_seq_stride
+ * the row stride), total_k = 0. A page table, [batch, pages_per_seq] int32 page ids on the
+ * device, lists each sequence's pages in order: key j of sequence b is row j % page_size of
+ * page page_table[b * pages_per_seq + j / page_size]. seqused_k gives each sequence's key
+ * count (cu_seqlens_k is not read). Pages may be shared between sequences and come in any
+ * order; any page size runs. A key whose page id is outside [0, num_pages) reads as zeros
+ * (not checked otherwise yet). Forward only (plan->bwd_status = FA2_ERROR_UNSUPPORTED). */
 
 /* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
  * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1, deterministic = 0.
@@ -294,12 +309,35 @@ FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const vo
  * same checks and statuses as fa2_forward, and FA2_ERROR_NULL_POINTER for a missing
  * cu_seqlens_q or cu_seqlens_k, FA2_ERROR_MISALIGNED for a misaligned one,
  * FA2_ERROR_UNSUPPORTED for a dense plan (call fa2_forward). fa2_forward refuses a
- * packed plan the same way. */
+ * packed plan the same way. A paged plan needs page_table ([batch, pages_per_seq]
+ * int32) and seqused_k (FA2_ERROR_NULL_POINTER), reads no cu_seqlens_k; any other plan
+ * needs page_table NULL (FA2_ERROR_UNSUPPORTED). */
 FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
                                         const void *v, void *o, float *lse,
                                         const int32_t *cu_seqlens_q,
                                         const int32_t *cu_seqlens_k, const int32_t *seqused_k,
-                                        void *workspace, size_t workspace_bytes, void *stream);
+                                        const int32_t *page_table, void *workspace,
+                                        size_t workspace_bytes, void *stream);
+
+/* Writes new key and value rows into a paged plan's cache (what an engine runs before
+ * attention each step), on `stream`, asynchronously: row t of k_new and v_new
+ * ([n_tokens, heads_kv, head_dim] of the plan's dtype, rows new_row_stride elements
+ * apart, heads head_dim apart, 16-byte aligned) goes to slot slot_mapping[t] (device
+ * int32 [n_tokens]): row slot % page_size of page slot / page_size of k_cache and
+ * v_cache, laid out as plan->problem says. A slot outside [0, num_pages * page_size)
+ * is skipped (padding tokens: -1). The slots are read on the GPU only, so the call can
+ * be captured in a CUDA graph with attention and replayed with new slots; n_tokens is
+ * fixed by the capture. Two tokens with one slot: either may win.
+ * Returns FA2_ERROR_NULL_POINTER, FA2_ERROR_STRUCT_SIZE, FA2_ERROR_BAD_PLAN,
+ * FA2_ERROR_UNSUPPORTED (the plan's K/V are not paged), FA2_ERROR_INVALID_SIZE
+ * (n_tokens outside [0, 2^31 - 1]), FA2_ERROR_BAD_STRIDE (new_row_stride below
+ * heads_kv * head_dim or not a multiple of 8), FA2_ERROR_SIZE_OVERFLOW (the new rows'
+ * extent), FA2_ERROR_MISALIGNED, FA2_ERROR_OVERLAP (the new rows meet the caches), FA2_ERROR_DEVICE_MISMATCH, FA2_ERROR_NO_DEVICE,
+ * FA2_ERROR_CUDA. */
+FA2_API fa2_status_t fa2_cache_write(const fa2_plan_t *plan, const void *k_new,
+                                     const void *v_new, int64_t n_tokens,
+                                     int64_t new_row_stride, const int32_t *slot_mapping,
+                                     void *k_cache, void *v_cache, void *stream);
 
 /* Runs the backward pass of fa2_forward on `stream`, asynchronously: given Q, K, V,
  * the forward's output O and its LSE (lse must not be NULL: run the forward with an
@@ -329,6 +367,18 @@ FA2_API fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const v
                                   const void *v, const void *o, const void *d_o,
                                   const float *lse, void *dq, void *dk, void *dv,
                                   void *workspace, size_t workspace_bytes, void *stream);
+
+/* fa2_backward for a packed variable-length batch: the same tensors laid out as
+ * packed rows, and the forward's cu_seqlens_q, cu_seqlens_k and seqused_k (see
+ * fa2_forward_varlen). The same checks and statuses as fa2_backward and
+ * fa2_forward_varlen; fa2_backward refuses a packed plan with FA2_ERROR_UNSUPPORTED. */
+FA2_API fa2_status_t fa2_backward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
+                                         const void *v, const void *o, const void *d_o,
+                                         const float *lse, void *dq, void *dk, void *dv,
+                                         const int32_t *cu_seqlens_q,
+                                         const int32_t *cu_seqlens_k,
+                                         const int32_t *seqused_k, void *workspace,
+                                         size_t workspace_bytes, void *stream);
 
 #ifdef __cplusplus
 }

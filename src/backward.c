@@ -1,5 +1,5 @@
-/* fa2_backward: check the call against its plan, fill the kernel parameters, launch
- * the three backward kernels. Every check comes before the launch: a failed call
+/* fa2_backward and fa2_backward_varlen: check the call against its plan, fill the
+ * kernel parameters, launch the backward kernels. Every check comes before the launch: a failed call
  * writes nothing. */
 #include <inttypes.h>
 
@@ -33,9 +33,8 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride);
     case FA2_ERROR_UNSUPPORTED:
         return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "the backward of a packed batch (total_q=%" PRId64 ") is not "
-                        "supported yet",
-                        pr->total_q);
+                        "a paged K/V cache (page_size=%" PRId64 ") has no backward",
+                        pr->page_size);
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64
@@ -85,10 +84,12 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
     return fa2_check_disjoint(outputs, 4, inputs, 6);
 }
 
-fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
-                          const void *v, const void *o, const void *d_o,
-                          const float *lse, void *dq, void *dk, void *dv,
-                          void *workspace, size_t workspace_bytes, void *stream)
+/* fa2_backward and fa2_backward_varlen: every check, then the launches. */
+static fa2_status_t run_backward(const fa2_plan_t *plan, const void *q, const void *k,
+                                 const void *v, const void *o, const void *d_o,
+                                 const float *lse, void *dq, void *dk, void *dv,
+                                 const fa2_seq_offsets_t *offsets, void *workspace,
+                                 size_t workspace_bytes, void *stream)
 {
     fa2_params_t p;
     fa2_status_t s;
@@ -102,9 +103,12 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
         return fa2_fail(FA2_ERROR_NULL_POINTER, "%s is NULL",
                         !q ? "q" : !k ? "k" : !v ? "v" : !o ? "o" : !d_o ? "d_o"
                         : !lse ? "lse" : !dq ? "dq" : !dk ? "dk" : "dv");
-    if ((s = fa2_check_plan(plan)))
+    if ((s = fa2_check_offsets_given(offsets)) || (s = fa2_check_plan(plan)))
         return s;
-    if ((s = check_backward_supported(plan)))
+    if (plan->problem.page_size) /* a paged cache has no backward, whatever the call */
+        return check_backward_supported(plan);
+    if ((s = fa2_check_entry_point(plan, offsets, "fa2_backward", "fa2_backward_varlen")) ||
+        (s = check_backward_supported(plan)))
         return s;
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
@@ -128,7 +132,7 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
         return s;
 
     /* The kernels only read q, k, v, o and lse; the const is restored there. */
-    fa2_fill_params(plan, q, k, v, (void *)o, (float *)lse, &p);
+    fa2_fill_params(plan, q, k, v, (void *)o, (float *)lse, offsets, &p);
     p.d_o = d_o;
     p.dq = dq;
     p.dk = dk;
@@ -153,4 +157,25 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
                                          "so they may be partly written"
                                        : "");
     return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
+                          const void *v, const void *o, const void *d_o,
+                          const float *lse, void *dq, void *dk, void *dv,
+                          void *workspace, size_t workspace_bytes, void *stream)
+{
+    return run_backward(plan, q, k, v, o, d_o, lse, dq, dk, dv, NULL, workspace,
+                        workspace_bytes, stream);
+}
+
+fa2_status_t fa2_backward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
+                                 const void *v, const void *o, const void *d_o,
+                                 const float *lse, void *dq, void *dk, void *dv,
+                                 const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                                 const int32_t *seqused_k, void *workspace,
+                                 size_t workspace_bytes, void *stream)
+{
+    const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k, NULL};
+    return run_backward(plan, q, k, v, o, d_o, lse, dq, dk, dv, &offsets, workspace,
+                        workspace_bytes, stream);
 }

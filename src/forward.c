@@ -17,7 +17,8 @@ fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align)
 }
 
 void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
-                     const void *v, void *o, float *lse, fa2_params_t *p)
+                     const void *v, void *o, float *lse, const fa2_seq_offsets_t *offsets,
+                     fa2_params_t *p)
 {
     /* plan->problem was validated by fa2_plan: every size fits in int32. */
     const fa2_problem_t *pr = &plan->problem;
@@ -27,6 +28,14 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->v = v;
     p->o = o;
     p->lse = lse;
+    if (offsets) {
+        p->cu_seqlens_q = offsets->cu_seqlens_q;
+        p->cu_seqlens_k = offsets->cu_seqlens_k;
+        p->seqused_k = offsets->seqused_k;
+        p->page_table = pr->page_size ? offsets->page_table : NULL;
+        if (pr->page_size)
+            p->cu_seqlens_k = NULL; /* not read: keys come from the pages */
+    }
     p->q_batch_stride = pr->q_batch_stride;
     p->q_seq_stride = pr->q_seq_stride;
     p->q_head_stride = pr->q_head_stride;
@@ -44,6 +53,9 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->stats_head_stride = pr->total_q ? pr->total_q : pr->seqlen_q;
     p->total_q = (int32_t)pr->total_q;
     p->total_k = (int32_t)pr->total_k;
+    p->page_size = (int32_t)pr->page_size;
+    p->pages_per_seq = (int32_t)pr->pages_per_seq;
+    p->num_pages = (int32_t)pr->num_pages;
     p->batch = (int32_t)pr->batch;
     p->heads_q = (int32_t)pr->heads_q;
     p->heads_kv = (int32_t)pr->heads_kv;
@@ -75,15 +87,10 @@ static fa2_status_t check_forward_overlap(const fa2_plan_t *plan, const void *q,
     return fa2_check_disjoint(outputs, 2, inputs, 3);
 }
 
-/* The packed batch's offsets: device int32 arrays, NULL for a dense batch. */
-typedef struct seq_offsets_t {
-    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
-} seq_offsets_t;
-
 /* fa2_forward and fa2_forward_varlen: every check, then the launch. */
-static fa2_status_t run_forward(const char *function, const fa2_plan_t *plan, const void *q,
-                                const void *k, const void *v, void *o, float *lse,
-                                const seq_offsets_t *offsets, void *workspace,
+static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const void *k,
+                                const void *v, void *o, float *lse,
+                                const fa2_seq_offsets_t *offsets, void *workspace,
                                 size_t workspace_bytes, void *stream)
 {
     fa2_params_t p;
@@ -101,23 +108,12 @@ static fa2_status_t run_forward(const char *function, const fa2_plan_t *plan, co
         return fa2_fail(FA2_ERROR_NULL_POINTER, "v is NULL");
     if (!o)
         return fa2_fail(FA2_ERROR_NULL_POINTER, "o is NULL");
-    if (offsets && !offsets->cu_seqlens_q)
-        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
-    if (offsets && !offsets->cu_seqlens_k)
-        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
-    if ((s = fa2_check_plan(plan)))
+    if ((s = fa2_check_offsets_given(offsets)) || (s = fa2_check_plan(plan)) ||
+        (s = fa2_check_entry_point(plan, offsets, "fa2_forward", "fa2_forward_varlen")))
         return s;
-    if (!offsets != !plan->problem.total_q)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED, "%s: the plan is for a %s batch (total_q=%" PRId64
-                        "): call %s", function, offsets ? "dense" : "packed",
-                        plan->problem.total_q, offsets ? "fa2_forward" : "fa2_forward_varlen");
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
         (s = fa2_check_align("lse", lse, 4)))
-        return s;
-    if (offsets && ((s = fa2_check_align("cu_seqlens_q", offsets->cu_seqlens_q, 4)) ||
-                    (s = fa2_check_align("cu_seqlens_k", offsets->cu_seqlens_k, 4)) ||
-                    (s = fa2_check_align("seqused_k", offsets->seqused_k, 4))))
         return s;
     if ((s = check_forward_overlap(plan, q, k, v, o, lse)))
         return s;
@@ -132,12 +128,7 @@ static fa2_status_t run_forward(const char *function, const fa2_plan_t *plan, co
     if ((s = fa2_check_device(plan, 0)))
         return s;
 
-    fa2_fill_params(plan, q, k, v, o, lse, &p);
-    if (offsets) {
-        p.cu_seqlens_q = offsets->cu_seqlens_q;
-        p.cu_seqlens_k = offsets->cu_seqlens_k;
-        p.seqused_k = offsets->seqused_k;
-    }
+    fa2_fill_params(plan, q, k, v, o, lse, offsets, &p);
     e = fa2_fwd_launch(&p, stream);
     if (e != 0)
         return fa2_fail(FA2_ERROR_CUDA, "forward kernel launch (head_dim=%d, %s): %s",
@@ -150,17 +141,15 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                          const void *v, void *o, float *lse, void *workspace,
                          size_t workspace_bytes, void *stream)
 {
-    return run_forward("fa2_forward", plan, q, k, v, o, lse, NULL, workspace,
-                       workspace_bytes, stream);
+    return run_forward(plan, q, k, v, o, lse, NULL, workspace, workspace_bytes, stream);
 }
 
 fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
                                 const void *v, void *o, float *lse,
                                 const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
-                                const int32_t *seqused_k, void *workspace,
-                                size_t workspace_bytes, void *stream)
+                                const int32_t *seqused_k, const int32_t *page_table,
+                                void *workspace, size_t workspace_bytes, void *stream)
 {
-    const seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k};
-    return run_forward("fa2_forward_varlen", plan, q, k, v, o, lse, &offsets, workspace,
-                       workspace_bytes, stream);
+    const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k, page_table};
+    return run_forward(plan, q, k, v, o, lse, &offsets, workspace, workspace_bytes, stream);
 }

@@ -89,6 +89,24 @@ int fa2_layout_is_distinct(int64_t batch, int64_t seq, int64_t heads, int64_t he
 /* FA2_SUCCESS, or FA2_ERROR_MISALIGNED naming `name` when ptr % align != 0. */
 fa2_status_t fa2_check_align(const char *name, const void *ptr, uintptr_t align);
 
+/* A packed batch's offsets, device int32 arrays (fa2_forward_varlen, fa2_backward_varlen);
+ * a dense call passes none. */
+typedef struct fa2_seq_offsets_t {
+    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k, *page_table;
+} fa2_seq_offsets_t;
+
+/* For a call with `offsets` (NULL: a dense call): cu_seqlens_q given
+ * (FA2_ERROR_NULL_POINTER). Checked with the other pointers, before the plan. */
+fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets);
+
+/* After the plan's own checks: the entry point suits the plan, a dense call a dense
+ * plan and a packed call a packed one (FA2_ERROR_UNSUPPORTED, naming `dense_call` or
+ * `packed_call`, the one to use); the arrays the plan reads are given
+ * (FA2_ERROR_NULL_POINTER: cu_seqlens_k, or for a paged plan page_table and seqused_k)
+ * and 4-byte aligned; a page table only with a paged plan (FA2_ERROR_UNSUPPORTED). */
+fa2_status_t fa2_check_entry_point(const fa2_plan_t *plan, const fa2_seq_offsets_t *offsets,
+                                   const char *dense_call, const char *packed_call);
+
 /* 1 when the backward of a plan sums dQ with fp32 atomics in the workspace's
  * accumulator: default mode, except Hopper split rows (their dQ kernel needs none). */
 int fa2_bwd_dq_by_atomics(int deterministic, int bwd_arch, int64_t bucket);
@@ -144,7 +162,8 @@ int fa2_bwd_workspace_layout(const fa2_problem_t *problem, int dq_by_atomics,
 /* The kernel parameters of a validated plan and its forward tensors (the backward then
  * adds its own and its kernel family). */
 /* A problem's tensors as [batch, rows, heads, head_dim] with its strides: a dense batch
- * as given; a packed one as one sequence of total_q (Q, O) or total_k (K, V) rows. */
+ * as given; a packed one as one sequence of total_q (Q, O) or total_k (K, V) rows; a
+ * paged K/V as num_pages pages of page_size rows. */
 typedef struct fa2_layout_dims_t {
     int64_t batch, rows;
 } fa2_layout_dims_t;
@@ -154,6 +173,8 @@ static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int que
     fa2_layout_dims_t d;
     if (!pr->total_q)
         d.batch = pr->batch, d.rows = queries ? pr->seqlen_q : pr->seqlen_k;
+    else if (!queries && pr->page_size)
+        d.batch = pr->num_pages, d.rows = pr->page_size;
     else
         d.batch = 1, d.rows = queries ? pr->total_q : pr->total_k;
     return d;
@@ -163,13 +184,15 @@ static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int que
  * seqlen_q, or heads_q * total_q for a packed batch. Validated sizes: fits. */
 static inline int64_t fa2_lse_rows(const fa2_problem_t *pr)
 {
-    const fa2_layout_dims_t q = fa2_layout_dims(pr, 1);
-    return q.batch * pr->heads_q * q.rows;
+    return pr->total_q ? pr->heads_q * pr->total_q : pr->batch * pr->heads_q * pr->seqlen_q;
 }
 
 struct fa2_params_t;
+/* The kernels' parameters from a checked plan and the call's tensors and offsets
+ * (NULL for a dense call). */
 void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k, const void *v,
-                     void *o, float *lse, struct fa2_params_t *p);
+                     void *o, float *lse, const fa2_seq_offsets_t *offsets,
+                     struct fa2_params_t *p);
 
 /* Checked int64 arithmetic for non-negative operands: *out = a*b (a+b); returns 0
  * instead of overflowing, leaving *out untouched. */

@@ -38,8 +38,8 @@ int fa2_bwd_workspace_layout(const fa2_problem_t *pr, int dq_by_atomics,
                              fa2_bwd_workspace_t *ws)
 {
     int64_t d_bytes, padded, accum = 0, total;
-    /* batch * heads_q * seqlen_q * 4 fits: validation bounded the LSE, the same size */
-    d_bytes = pr->batch * pr->heads_q * pr->seqlen_q * 4;
+    /* one float per LSE row: validation bounded the LSE, the same size */
+    d_bytes = fa2_lse_rows(pr) * 4;
     if (!fa2_add_i64(d_bytes, (256 - d_bytes % 256) % 256, &padded))
         return 0;
     total = padded;
@@ -134,24 +134,25 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     grid = ceil_div(pr->seqlen_k, out->bwd_block_n) * slices * pr->heads_kv * pr->batch;
     if (!atomics && ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch > grid)
         grid = ceil_div(pr->seqlen_q, out->bwd_dq_block_m) * pr->heads_q * pr->batch;
-    row_grid = fa2_bwd_row_kernel_blocks(pr->batch * pr->heads_q * pr->seqlen_q, pr->head_dim);
+    row_grid = fa2_bwd_row_kernel_blocks(fa2_lse_rows(pr), pr->head_dim);
     if (row_grid > grid)
         grid = row_grid;
     if (grid > INT32_MAX)
         out->bwd_status = FA2_ERROR_INVALID_SIZE;
     /* dQ, dK and dV are written with Q's, K's and V's strides: those must not repeat an
      * address (a broadcast input's gradient is a sum the caller makes). */
-    if (!fa2_layout_is_distinct(pr->batch, pr->seqlen_q, pr->heads_q, pr->head_dim,
+    const fa2_layout_dims_t qd = fa2_layout_dims(pr, 1), kd = fa2_layout_dims(pr, 0);
+    if (!fa2_layout_is_distinct(qd.batch, qd.rows, pr->heads_q, pr->head_dim,
                                 pr->q_batch_stride, pr->q_seq_stride, pr->q_head_stride) ||
-        !fa2_layout_is_distinct(pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+        !fa2_layout_is_distinct(kd.batch, kd.rows, pr->heads_kv, pr->head_dim,
                                 pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride) ||
-        !fa2_layout_is_distinct(pr->batch, pr->seqlen_k, pr->heads_kv, pr->head_dim,
+        !fa2_layout_is_distinct(kd.batch, kd.rows, pr->heads_kv, pr->head_dim,
                                 pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride))
         out->bwd_status = FA2_ERROR_OVERLAP;
     if (out->bwd_smem_bytes > device->smem_per_block_optin)
         out->bwd_status = FA2_ERROR_SHARED_MEMORY;
-    if (pr->total_q)
-        out->bwd_status = FA2_ERROR_UNSUPPORTED; /* packed batches: forward only, yet */
+    if (pr->page_size)
+        out->bwd_status = FA2_ERROR_UNSUPPORTED; /* a paged K/V cache: inference, forward */
     out->bwd_supported = out->bwd_status == FA2_SUCCESS;
 }
 

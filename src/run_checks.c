@@ -12,9 +12,9 @@
 #include "internal.h"
 
 /* fa2_plan_t has no padding, so memcmp compares exactly its fields. */
-_Static_assert(sizeof(fa2_problem_t) == 208, "fa2_problem_t has padding or changed");
+_Static_assert(sizeof(fa2_problem_t) == 232, "fa2_problem_t has padding or changed");
 _Static_assert(sizeof(fa2_device_info_t) == 40, "fa2_device_info_t has padding or changed");
-_Static_assert(sizeof(fa2_plan_t) == 376, "fa2_plan_t has padding or changed");
+_Static_assert(sizeof(fa2_plan_t) == 400, "fa2_plan_t has padding or changed");
 
 fa2_status_t fa2_check_plan(const fa2_plan_t *plan)
 {
@@ -152,5 +152,42 @@ fa2_status_t fa2_check_disjoint(const fa2_span_t *outputs, int n_outputs,
                                 (void *)b->end);
         }
     }
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets)
+{
+    if (offsets && !offsets->cu_seqlens_q)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_check_entry_point(const fa2_plan_t *plan, const fa2_seq_offsets_t *offsets,
+                                   const char *dense_call, const char *packed_call)
+{
+    const int paged = plan->problem.page_size != 0;
+    fa2_status_t s;
+    if (!offsets != !plan->problem.total_q)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "%s: the plan is for a %s batch (total_q=%" PRId64 "): call %s",
+                        offsets ? packed_call : dense_call, offsets ? "dense" : "packed",
+                        plan->problem.total_q, offsets ? dense_call : packed_call);
+    if (!offsets)
+        return FA2_SUCCESS;
+    if (paged && !offsets->page_table)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "page_table is NULL (the plan's K/V are paged)");
+    if (paged && !offsets->seqused_k)
+        return fa2_fail(FA2_ERROR_NULL_POINTER,
+                        "seqused_k is NULL (a paged plan takes the key counts from it)");
+    if (!paged && !offsets->cu_seqlens_k)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
+    if (!paged && offsets->page_table)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "page_table is given but the plan's K/V are not paged (page_size=0)");
+    if ((s = fa2_check_align("cu_seqlens_q", offsets->cu_seqlens_q, 4)) ||
+        (!paged && (s = fa2_check_align("cu_seqlens_k", offsets->cu_seqlens_k, 4))) ||
+        (s = fa2_check_align("seqused_k", offsets->seqused_k, 4)) ||
+        (s = fa2_check_align("page_table", offsets->page_table, 4)))
+        return s;
     return FA2_SUCCESS;
 }

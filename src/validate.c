@@ -111,27 +111,43 @@ static fa2_status_t check_extent(const char *name, int64_t batch, int64_t seq,
 }
 
 /* A packed batch (total_q >= 1): rows within int32 and at least the longest sequence,
- * every batch stride 0. A dense one: total_k 0 too. */
+ * the batch strides of Q and O 0, and K/V either packed (total_k rows, batch strides 0)
+ * or paged (page_size >= 1: total_k 0, pages within int32 holding the longest sequence).
+ * A dense one: total_k and the page fields 0 too. */
 static fa2_status_t check_packed(const fa2_problem_t *p)
 {
     fa2_status_t s;
+    const int paged = p->page_size != 0;
     if (p->total_q == 0) {
-        if (p->total_k != 0)
+        if (p->total_k != 0 || p->page_size != 0 || p->num_pages != 0 || p->pages_per_seq != 0)
             return fa2_fail(FA2_ERROR_INVALID_SIZE,
-                            "total_k=%" PRId64 " with total_q=0: a dense batch has neither "
-                            "(a packed one sets total_q >= 1)",
-                            p->total_k);
+                            "total_k=%" PRId64 ", page_size=%" PRId64 ", num_pages=%" PRId64
+                            ", pages_per_seq=%" PRId64 " with total_q=0: a dense batch has "
+                            "none (a packed one sets total_q >= 1)",
+                            p->total_k, p->page_size, p->num_pages, p->pages_per_seq);
         return FA2_SUCCESS;
     }
-    if ((s = check_range("total_q", p->total_q, p->seqlen_q, INT32_MAX)) ||
-        (s = check_range("total_k", p->total_k, p->seqlen_k, INT32_MAX)))
+    if ((s = check_range("total_q", p->total_q, p->seqlen_q, INT32_MAX)))
         return s;
-    if (p->q_batch_stride || p->k_batch_stride || p->v_batch_stride || p->o_batch_stride)
+    if (paged) {
+        if ((s = check_range("page_size", p->page_size, 1, FA2_MAX_SEQLEN)) ||
+            (s = check_range("num_pages", p->num_pages, 1, INT32_MAX)) ||
+            (s = check_range("pages_per_seq", p->pages_per_seq,
+                             (p->seqlen_k + p->page_size - 1) / p->page_size, INT32_MAX)) ||
+            (s = check_range("total_k", p->total_k, 0, 0)))
+            return s;
+    } else if ((s = check_range("total_k", p->total_k, p->seqlen_k, INT32_MAX)) ||
+               (s = check_range("num_pages", p->num_pages, 0, 0)) ||
+               (s = check_range("pages_per_seq", p->pages_per_seq, 0, 0))) {
+        return s;
+    }
+    if (p->q_batch_stride || p->o_batch_stride ||
+        (!paged && (p->k_batch_stride || p->v_batch_stride)))
         return fa2_fail(FA2_ERROR_BAD_STRIDE,
                         "a packed batch (total_q=%" PRId64 ") has batch strides 0 (q %" PRId64
-                        ", k %" PRId64 ", v %" PRId64 ", o %" PRId64 ")",
+                        ", k %" PRId64 ", v %" PRId64 ", o %" PRId64 "%s)",
                         p->total_q, p->q_batch_stride, p->k_batch_stride, p->v_batch_stride,
-                        p->o_batch_stride);
+                        p->o_batch_stride, paged ? "; paged K/V: k and v are page strides" : "");
     return FA2_SUCCESS;
 }
 
@@ -232,7 +248,7 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
 
     if ((s = check_packed(p)))
         return s;
-    /* The tensors as laid out (a packed batch: its rows). */
+    /* The tensors as laid out (a packed batch: its rows; paged K/V: its pages). */
     const fa2_layout_dims_t qd = fa2_layout_dims(p, 1), kd = fa2_layout_dims(p, 0);
 
     /* Sizes are now in range and strides non-negative: the checked helpers apply. */

@@ -372,22 +372,21 @@ class Errors(unittest.TestCase):
             self.assertIn(f"[{fa2.STATUS_NAMES[code]}]", str(e))
 
     def test_packed_batch(self):
-        """make_varlen_problem / Plan.forward_varlen: the plan (forward only), and the
-        two entry points refusing each other's plans before any CUDA call."""
+        """make_varlen_problem / Plan.forward_varlen: the plan, and the dense and packed
+        entry points refusing each other's plans before any CUDA call."""
         packed = fa2.make_varlen_problem("bf16", 1000, 1200, 8, 2, 64, batch=4,
                                          max_seqlen_q=512, max_seqlen_k=600, causal=True)
         self.assertEqual((packed.total_q, packed.total_k, packed.q_batch_stride,
                           packed.q_seq_stride, packed.k_seq_stride), (1000, 1200, 0, 512, 128))
         plan = fa2.plan(packed, device())
-        self.assertEqual(plan.bwd_supported, 0)
-        self.assertEqual(plan.bwd_status, 21)
+        self.assertEqual(plan.bwd_supported, 1)
         a = ALIGNED
         self.expect(fa2.Fa2Unsupported, "call fa2_forward_varlen", plan.forward, a, a, a, a)
         self.expect(fa2.Fa2NullPointer, "cu_seqlens_k is NULL", plan.forward_varlen,
                     a, a, a, a, a, None)
         self.expect(fa2.Fa2Misaligned, "cu_seqlens_q", plan.forward_varlen,
                     a, a, a, a, a + 2, a)
-        self.expect(fa2.Fa2Unsupported, "the backward of a packed batch", plan.backward,
+        self.expect(fa2.Fa2Unsupported, "call fa2_backward_varlen", plan.backward,
                     a, a, a, a, a, a, a, a, a, a)
         dense = fa2.plan(problem(), device())
         self.expect(fa2.Fa2Unsupported, "call fa2_forward", dense.forward_varlen,
@@ -395,6 +394,26 @@ class Errors(unittest.TestCase):
         bad = fa2.make_varlen_problem("bf16", 100, 1200, 8, 2, 64, batch=4,
                                       max_seqlen_q=512, max_seqlen_k=600)
         self.expect(fa2.Fa2InvalidSize, "total_q=100", fa2.plan, bad, device())
+
+    def test_paged_problem(self):
+        paged = fa2.make_varlen_problem("bf16", 64, 0, 8, 2, 128, batch=4, max_seqlen_q=16,
+                                        max_seqlen_k=300, pages=(16, 100, 19, 16 * 256,
+                                                                 16 * 256))
+        self.assertEqual((paged.page_size, paged.num_pages, paged.pages_per_seq,
+                          paged.k_batch_stride), (16, 100, 19, 4096))
+        plan = fa2.plan(paged, device())
+        self.assertEqual(plan.bwd_status, 21)
+        a = ALIGNED
+        self.expect(fa2.Fa2NullPointer, "page_table is NULL", plan.forward_varlen,
+                    a, a, a, a, a, None, None, a)
+        self.expect(fa2.Fa2Unsupported, "has no backward", plan.backward,
+                    a, a, a, a, a, a, a, a, a, a)
+        for kw, fragment in ((dict(k=object()), "k is not supported"),
+                             (dict(rotary_cos=object()), "rotary_cos"),
+                             (dict(softcap=50.0), "softcap=50.0")):
+            with self.assertRaises(fa2.Fa2ShapeError) as cm:
+                fa2.flash_attn_with_kvcache(None, None, None, None, None, **kw)
+            self.assertIn(fragment, str(cm.exception))
 
     def test_varlen_refusals_before_any_tensor(self):
         for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),

@@ -5,7 +5,7 @@ inputs; then hostile inputs: out=, lse and gradient tensors of the wrong dtype, 
 device, layout or storage (refused, and left untouched), broadcast (expanded) Q, K, V
 under autograd (against float64 on the materialized tensors), seqlen_k = 0, and the
 custom ops under torch.library.opcheck and torch.compile, and flash_attn_varlen_func
-(packed sequences, forward). One line per case:
+(packed sequences, forward and gradients). One line per case:
 
     PASS bf16 b=2 sq=256 sk=256 hq=8 hkv=8 d=64 causal=0 layout=bshd  o 3.1e-03 dq 4.0e-03 dk ... dv ...
     PASS refused: forward out= uint8 (Fa2ShapeError), nothing written
@@ -338,59 +338,104 @@ def no_keys_cases():
 
 
 def varlen_cases():
-    """flash_attn_varlen_func (forward only): packed sequences of lengths 0, 1, 17 and
-    more, q < k and q > k, GQA, causal and windows, seqused_k, against the float32 SDPA
-    reference sequence by sequence; inputs that require grad are refused."""
+    """flash_attn_varlen_func: packed sequences of lengths 0, 1, 17 and more, q < k and
+    q > k, GQA, causal and windows, seqused_k; O and the gradients against the float32
+    SDPA reference sequence by sequence (gradients of keys a sequence does not use: 0)."""
     passed = n = 0
     torch.manual_seed(1)
-    for dt, hq, hkv, d, causal, window, lens, extra in (
+    for dt, hq, hkv, d, causal, window, lens, extra, det in (
             (torch.bfloat16, 8, 2, 128, True, (-1, -1),
-             [(1, 1), (17, 17), (0, 0), (300, 300), (5, 200)], 0),
-            (torch.float16, 4, 4, 64, False, (32, 8), [(100, 37), (1, 500), (64, 64)], 9),
-            (torch.bfloat16, 4, 1, 256, True, (-1, -1), [(129, 129), (2, 70)], 0)):
+             [(1, 1), (17, 17), (0, 0), (300, 300), (5, 200)], 0, False),
+            (torch.float16, 4, 4, 64, False, (32, 8), [(100, 37), (1, 500), (64, 64)], 9,
+             True),
+            (torch.bfloat16, 4, 1, 256, True, (-1, -1), [(129, 129), (2, 70)], 0, False)):
         n += 1
         cu_q = torch.tensor([0] + list(itertools.accumulate(q for q, _ in lens)),
                             dtype=torch.int32, device="cuda")
         cu_k = torch.tensor([0] + list(itertools.accumulate(k + extra for _, k in lens)),
                             dtype=torch.int32, device="cuda")
         used = torch.tensor([k for _, k in lens], dtype=torch.int32, device="cuda")
-        q = torch.randn(int(cu_q[-1]), hq, d, device="cuda", dtype=dt)
-        k = torch.randn(int(cu_k[-1]), hkv, d, device="cuda", dtype=dt)
-        v = torch.randn_like(k)
+        q = torch.randn(int(cu_q[-1]), hq, d, device="cuda", dtype=dt, requires_grad=True)
+        k = torch.randn(int(cu_k[-1]), hkv, d, device="cuda", dtype=dt, requires_grad=True)
+        v = torch.randn(int(cu_k[-1]), hkv, d, device="cuda", dtype=dt, requires_grad=True)
+        d_o = torch.randn(q.shape, device="cuda", dtype=dt)
         label = (f"varlen {str(dt)[6:]} hq={hq} hkv={hkv} d={d} causal={int(causal)} "
-                 f"window={window} lengths={lens}{' seqused_k' if extra else ''}")
+                 f"window={window} lengths={lens}{' seqused_k' if extra else ''}"
+                 f"{' det' if det else ''}")
         try:
             o = fa2.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(a for a, _ in lens),
                                            max(b for _, b in lens) + extra, causal=causal,
-                                           window_size=window,
+                                           window_size=window, deterministic=det,
                                            seqused_k=used if extra else None)
+            dq, dk, dv = torch.autograd.grad(o, (q, k, v), d_o)
+            torch.cuda.synchronize()
+        except fa2.Fa2Error as e:
+            print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
+            continue
+        worst = {"o": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0}
+        key_used = torch.zeros(k.shape[0], dtype=torch.bool, device="cuda")
+        for b, (lq, lk) in enumerate(lens):
+            q0, k0 = int(cu_q[b]), int(cu_k[b])
+            key_used[k0:k0 + lk] = lq > 0
+            if lq == 0 or lk == 0:
+                continue
+            qr, kr, vr = (t.detach()[None, a:a + m].clone().requires_grad_()
+                          for t, a, m in ((q, q0, lq), (k, k0, lk), (v, k0, lk)))
+            ref = reference(qr, kr, vr, causal, window)
+            gq, gk, gv = torch.autograd.grad(ref, (qr, kr, vr), d_o[None, q0:q0 + lq].float())
+            for name, x, r in (("o", o[q0:q0 + lq], ref[0]), ("dq", dq[q0:q0 + lq], gq[0]),
+                               ("dk", dk[k0:k0 + lk], gk[0]), ("dv", dv[k0:k0 + lk], gv[0])):
+                worst[name] = max(worst[name], rel(x, r))
+        unused = (dk[~key_used].abs().max().item() if (~key_used).any() else 0.0) + \
+            (dv[~key_used].abs().max().item() if (~key_used).any() else 0.0)
+        ok = all(e < TOL for e in worst.values()) and unused == 0.0
+        passed += ok
+        shown = "  ".join(f"{k_} {e:.1e}" for k_, e in worst.items())
+        print(f"{'PASS' if ok else 'FAIL'} {label}  worst sequence: {shown}"
+              f"{'' if unused == 0.0 else f'  unused keys have gradients {unused:.1e}'}",
+              flush=True)
+    return passed, n
+
+
+def kvcache_cases():
+    """flash_attn_with_kvcache: decode and a few query rows per sequence over a paged
+    cache of shuffled pages (page sizes 16, 64, 17), against the float32 SDPA reference
+    on each sequence's keys gathered from its pages."""
+    passed = n = 0
+    torch.manual_seed(2)
+    for dt, hq, hkv, d, sq, page, lens, causal in (
+            (torch.bfloat16, 8, 2, 128, 1, 16, [1, 17, 300, 1000], True),
+            (torch.float16, 4, 4, 64, 4, 64, [4, 200, 129], True),
+            (torch.bfloat16, 4, 1, 128, 2, 17, [2, 90, 35], False)):
+        n += 1
+        batch = len(lens)
+        per_seq = max((x + page - 1) // page for x in lens)
+        num_pages = batch * per_seq + 2
+        perm = torch.randperm(num_pages)
+        table = perm[:batch * per_seq].view(batch, per_seq).to(torch.int32).cuda().contiguous()
+        k_cache = torch.randn(num_pages, page, hkv, d, device="cuda", dtype=dt)
+        v_cache = torch.randn_like(k_cache)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        q = torch.randn(batch, sq, hq, d, device="cuda", dtype=dt)
+        label = (f"kvcache {str(dt)[6:]} hq={hq} hkv={hkv} d={d} seqlen_q={sq} page={page} "
+                 f"lengths={lens} causal={int(causal)}")
+        try:
+            o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, table, causal=causal)
             torch.cuda.synchronize()
         except fa2.Fa2Error as e:
             print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
             continue
         worst = 0.0
-        for b, (lq, lk) in enumerate(lens):
-            if lq == 0:
-                continue
-            q0, k0 = int(cu_q[b]), int(cu_k[b])
-            if lk == 0:
-                worst = max(worst, o[q0:q0 + lq].float().abs().max().item())
-                continue
-            ref = reference(q[None, q0:q0 + lq], k[None, k0:k0 + lk], v[None, k0:k0 + lk],
-                            causal, window)[0]
-            worst = max(worst, rel(o[q0:q0 + lq], ref))
+        for b, lk in enumerate(lens):
+            keys = torch.arange(lk, device="cuda")
+            pages = table[b][keys // page].long()
+            kb = k_cache[pages, keys % page][None]
+            vb = v_cache[pages, keys % page][None]
+            ref = reference(q[b:b + 1], kb, vb, causal)
+            worst = max(worst, rel(o[b:b + 1], ref))
         ok = worst < TOL
         passed += ok
         print(f"{'PASS' if ok else 'FAIL'} {label}  worst sequence {worst:.1e}", flush=True)
-    n += 1
-    q = torch.randn(4, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    cu = torch.tensor([0, 4], dtype=torch.int32, device="cuda")
-    try:
-        fa2.flash_attn_varlen_func(q, q, q, cu, cu, 4, 4)
-        print("FAIL varlen with requires_grad: not refused", flush=True)
-    except fa2.Fa2Unsupported as e:
-        passed += 1
-        print(f"PASS refused: varlen with requires_grad ({type(e).__name__})", flush=True)
     return passed, n
 
 
@@ -484,7 +529,7 @@ def main():
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
     total = len(cases) + 1
     for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases,
-                  varlen_cases, compile_cases):
+                  varlen_cases, kvcache_cases, compile_cases):
         passed, n = group()
         failed += n - passed
         total += n

@@ -450,7 +450,7 @@ static int expect_varlen_fail(const char *what, const fa2_plan_t *plan, const vo
         memset(g_outputs[i], 0xEE, BUF);
     const fa2_status_t s = fa2_forward_varlen(plan, g_q, g_k, g_v, (void *)o,
                                               (float *)(void *)g_lse, cu_q, cu_k, NULL, NULL,
-                                              0, NULL);
+                                              NULL, 0, NULL);
     const char *m = fa2_last_error();
     int written = 0;
     for (int i = 0; i < N_OUTPUTS; ++i)

@@ -618,8 +618,8 @@ static void test_forward_null(void **state)
                "o is NULL");
 }
 
-/* A packed variable-length batch: its plan (forward only), the fields' checks, and the
- * two entry points refusing each other's plans before any CUDA call. */
+/* A packed variable-length batch: its plan, the fields' checks, and the dense and
+ * packed entry points refusing each other's plans before any CUDA call. */
 static fa2_problem_t packed(void)
 {
     fa2_problem_t p = base();
@@ -639,8 +639,7 @@ static void test_packed_batch(void **state)
     (void)state;
     EXPECT_OK(&p, &d);
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.bwd_supported, 0);
-    assert_int_equal(pl.bwd_status, FA2_ERROR_UNSUPPORTED);
+    assert_int_equal(pl.bwd_supported, 1);
     p.k_batch_stride = 64;
     EXPECT_FAIL(&p, &d, FA2_ERROR_BAD_STRIDE, "packed batch", "k 64");
     p = packed();
@@ -654,19 +653,78 @@ static void test_packed_batch(void **state)
     EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_q=", NULL);
     p = base();
     p.total_k = 5;
-    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_k=5 with total_q=0", NULL);
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_k=5", "with total_q=0");
 
     EXPECT_FWD(fa2_forward(&pl, a, a, a, a, NULL, NULL, 0, NULL), FA2_ERROR_UNSUPPORTED,
                "call fa2_forward_varlen");
-    EXPECT_FWD(fa2_forward_varlen(&dense, a, a, a, a, NULL, cu, cu, NULL, NULL, 0, NULL),
+    EXPECT_FWD(fa2_forward_varlen(&dense, a, a, a, a, NULL, cu, cu, NULL, NULL, NULL, 0, NULL),
                FA2_ERROR_UNSUPPORTED, "call fa2_forward");
-    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, NULL, cu, NULL, NULL, 0, NULL),
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, NULL, cu, NULL, NULL, NULL, 0, NULL),
                FA2_ERROR_NULL_POINTER, "cu_seqlens_q is NULL");
-    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, cu, NULL, NULL, NULL, 0, NULL),
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, cu, NULL, NULL, NULL, NULL, 0, NULL),
                FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
     EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, cu, (const int32_t *)PTR(0x2002),
-                                  NULL, NULL, 0, NULL),
+                                  NULL, NULL, NULL, 0, NULL),
                FA2_ERROR_MISALIGNED, "cu_seqlens_k");
+    EXPECT_FWD(fa2_backward(&pl, a, a, a, a, a, (const float *)a, a, a, a, a, 1 << 30, NULL),
+               FA2_ERROR_UNSUPPORTED, "call fa2_backward_varlen");
+    EXPECT_FWD(fa2_backward_varlen(&dense, a, a, a, a, a, (const float *)a, a, a, a, cu, cu,
+                                   NULL, a, 1 << 30, NULL),
+               FA2_ERROR_UNSUPPORTED, "call fa2_backward");
+    EXPECT_FWD(fa2_backward_varlen(&pl, a, a, a, a, a, (const float *)a, a, a, a, cu, NULL,
+                                   NULL, a, 1 << 30, NULL),
+               FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
+}
+
+/* A paged K/V cache: its fields' checks, the plan (forward only) and the arrays a call
+ * needs, before any CUDA call. */
+static void test_paged_batch(void **state)
+{
+    fa2_problem_t p = packed();
+    fa2_device_info_t d = h200();
+    fa2_plan_t pl;
+    const int32_t *arr = (const int32_t *)PTR(0x2000);
+    void *a = PTR(0x1000);
+    (void)state;
+    p.total_k = 0;
+    p.page_size = 16;
+    p.num_pages = 1000;
+    p.pages_per_seq = (p.seqlen_k + 15) / 16;
+    p.k_batch_stride = p.v_batch_stride = 16 * p.k_seq_stride; /* page strides */
+    EXPECT_OK(&p, &d);
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.bwd_supported, 0);
+    assert_int_equal(pl.bwd_status, FA2_ERROR_UNSUPPORTED);
+    /* every page size runs, odd ones included */
+    p.page_size = 17;
+    p.pages_per_seq = (p.seqlen_k + 16) / 17;
+    EXPECT_OK(&p, &d);
+    p.pages_per_seq -= 1; /* cannot hold the longest sequence */
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "pages_per_seq=", NULL);
+    p.pages_per_seq += 1;
+    p.num_pages = 0;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "num_pages=0", NULL);
+    p.num_pages = 1000;
+    p.total_k = 64;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_INVALID_SIZE, "total_k=64", NULL);
+    p.total_k = 0;
+    p.q_batch_stride = 64;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_BAD_STRIDE, "page strides", NULL);
+    p.q_batch_stride = 0;
+    p.page_size = 16;
+    p.pages_per_seq = (p.seqlen_k + 15) / 16;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, arr, NULL, arr, NULL, NULL, 0, NULL),
+               FA2_ERROR_NULL_POINTER, "page_table is NULL");
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, arr, NULL, NULL, arr, NULL, 0, NULL),
+               FA2_ERROR_NULL_POINTER, "seqused_k is NULL");
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, arr, NULL, arr,
+                                  (const int32_t *)PTR(0x2001), NULL, 0, NULL),
+               FA2_ERROR_MISALIGNED, "page_table");
+    p = packed();
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    EXPECT_FWD(fa2_forward_varlen(&pl, a, a, a, a, NULL, arr, arr, NULL, arr, NULL, 0, NULL),
+               FA2_ERROR_UNSUPPORTED, "not paged");
 }
 
 static void test_forward_struct_size(void **state)
@@ -749,6 +807,7 @@ int main(void)
         cmocka_unit_test(test_device_shared_memory),
         cmocka_unit_test(test_forward_null),
         cmocka_unit_test(test_packed_batch),
+        cmocka_unit_test(test_paged_batch),
         cmocka_unit_test(test_forward_struct_size),
         cmocka_unit_test(test_forward_misaligned),
         cmocka_unit_test(test_forward_workspace),

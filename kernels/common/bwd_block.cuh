@@ -35,7 +35,7 @@ struct KeyBlock {
 
 // Blocks are numbered slice fastest, then key block, kv head, batch: the blocks of one
 // (batch, kv head) are neighbours, and the heaviest causal key blocks (the first)
-// start first.
+// start first. The key blocks cover the longest sequence (p.seqlen_k).
 template <int kBlockN, int kBlockM, int kSlices>
 __device__ __forceinline__ KeyBlock key_block(const fa2_params_t &p)
 {
@@ -47,14 +47,16 @@ __device__ __forceinline__ KeyBlock key_block(const fa2_params_t &p)
     const int n_block = idx % n_blocks;
     idx /= n_blocks;
     b.kv_head = idx % p.heads_kv;
-    b.seq = sequence<false>(p, idx / p.heads_kv); // dense only, yet
+    b.seq = sequence<kAnySeq>(p, idx / p.heads_kv);
     b.group = p.heads_q / p.heads_kv;
     b.key_first = n_block * kBlockN;
     b.key_last = min(b.key_first + kBlockN, b.seq.seqlen_k) - 1;
     b.win = KeyWindow{b.seq.seqlen_k - b.seq.seqlen_q, p.window_left, p.window_right,
                       b.seq.seqlen_k};
-    block_query_tiles<kBlockM>(b.win, b.seq.seqlen_q, b.key_first, b.key_last, b.m_first,
-                               b.m_count);
+    b.m_first = b.m_count = 0;  // past a packed sequence's keys: no step, nothing stored
+    if (b.key_first < b.seq.seqlen_k)
+        block_query_tiles<kBlockM>(b.win, b.seq.seqlen_q, b.key_first, b.key_last, b.m_first,
+                                   b.m_count);
     b.steps = b.m_count * b.group;
     return b;
 }

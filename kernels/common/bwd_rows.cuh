@@ -62,14 +62,14 @@ __global__ void __launch_bounds__(32 * kDotWarps) dot_do_o_kernel(const fa2_para
 {
     const int lanes = row_lanes(p.head_dim);
     const RowLane rl = row_lane(p.head_dim);
-    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t rows = stats_rows(p);
     const int64_t warp_row0 = rl.row - (threadIdx.x % 32) / lanes;
     if (warp_row0 >= rows) return;  // whole warps only: the sum below shuffles
     const bool live = rl.row < rows && rl.col < p.head_dim;
     float s = 0.f;
     if (live) {
         const FlatRow r = flat_row(p, rl.row);
-        const Sequence seq = sequence<false>(p, r.batch);
+        const Sequence seq = sequence<kDenseSeq>(p, r.batch);
         const uint4 o =
             *reinterpret_cast<const uint4 *>(o_row<Elem>(p, seq, r.head, r.row) + rl.col);
         const uint4 d_o =
@@ -91,7 +91,7 @@ template <typename Elem>
 __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_params_t p)
 {
     const RowLane rl = row_lane(p.head_dim);
-    if (rl.row >= static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q || rl.col >= p.head_dim)
+    if (rl.row >= stats_rows(p) || rl.col >= p.head_dim)
         return;
     const FlatRow r = flat_row(p, rl.row);
     const float4 *acc = reinterpret_cast<const float4 *>(p.dq_accum + rl.row * p.head_dim + rl.col);
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(32 * kDotWarps) dq_convert_kernel(const fa2_pa
     out.y = pack2<Elem>(a.z * s, a.w * s);
     out.z = pack2<Elem>(b.x * s, b.y * s);
     out.w = pack2<Elem>(b.z * s, b.w * s);
-    const Sequence seq = sequence<false>(p, r.batch);
+    const Sequence seq = sequence<kDenseSeq>(p, r.batch);
     *reinterpret_cast<uint4 *>(dq_row<Elem>(p, seq, r.head, r.row) + rl.col) = out;
 }
 

@@ -37,20 +37,20 @@ __device__ __forceinline__ void exp_scores(float (&acc)[kN][4], float scale_log2
 
 // Pᵀ for the dK/dV kernels' fragments, keys as rows: element (n, e) has key
 // key_row + 8 (e / 2) and query row0 + 8n + 2 (lane % 4) + e % 2, whose LSE is
-// lse[that query − row0] (shared memory). Queries past seqlen_q count as not visible.
+// lse[that query − row0] (shared memory). Queries past the sequence's seqlen_q count
+// as not visible.
 template <int kN>
-__device__ __forceinline__ void exp_scores_keys_as_rows(float (&acc)[kN][4],
-                                                        const fa2_params_t &p,
-                                                        const KeyWindow &win, const float *lse,
-                                                        bool masked, int row0, int key_row,
-                                                        int lane)
+__device__ __forceinline__ void exp_scores_keys_as_rows(float (&acc)[kN][4], float scale_log2,
+                                                        int seqlen_q, const KeyWindow &win,
+                                                        const float *lse, bool masked, int row0,
+                                                        int key_row, int lane)
 {
     exp_scores(
-        acc, p.scale_log2, masked,
+        acc, scale_log2, masked,
         [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
         [&](int n, int e) {
             const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-            return (row < p.seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
+            return (row < seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
         });
 }
 

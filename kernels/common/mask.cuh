@@ -22,7 +22,7 @@ struct QueryTile {
 // Block index → tile: the query tiles of one (batch, head) are consecutive blocks
 // (L2 reuse of K/V); with kLastFirst they go last-first, so the heaviest causal tiles
 // start earliest.
-template <int kBlockM, int kBlockN, bool kLastFirst, bool kPacked = false>
+template <int kBlockM, int kBlockN, bool kLastFirst, int kMode>
 __device__ __forceinline__ QueryTile query_tile(const fa2_params_t &p)
 {
     static_assert((1 << 30) % kBlockM == 0,
@@ -33,16 +33,17 @@ __device__ __forceinline__ QueryTile query_tile(const fa2_params_t &p)
     const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
     const int bh = static_cast<int>(blockIdx.x / m_blocks);
     t.head = bh % p.heads_q;
-    t.seq = sequence<kPacked>(p, bh / p.heads_q);
+    t.seq = sequence<kMode>(p, bh / p.heads_q);
     t.kv_head = t.head / (p.heads_q / p.heads_kv);
-    const int seq_blocks = kPacked ? (t.seq.seqlen_q + kBlockM - 1) / kBlockM : m_blocks;
+    const int seq_blocks =
+        kMode != kDenseSeq ? (t.seq.seqlen_q + kBlockM - 1) / kBlockM : m_blocks;
     const int m = static_cast<int>(blockIdx.x % m_blocks);
     const int m_block = kLastFirst ? seq_blocks - 1 - m : m;
     t.row_first = m_block * kBlockM;
     t.row_last = min(t.row_first + kBlockM, t.seq.seqlen_q) - 1;
     t.win = KeyWindow{t.seq.seqlen_k - t.seq.seqlen_q, p.window_left, p.window_right,
                       t.seq.seqlen_k};
-    if (kPacked && m >= seq_blocks) {
+    if (kMode != kDenseSeq && m >= seq_blocks) {
         t.row_first = t.seq.seqlen_q;  // no row: the epilogue writes nothing
         t.n_first = t.n_end = 0;
         return t;

@@ -37,6 +37,14 @@ typedef struct fa2_params_t {
        r at b * stats_batch_stride + h * stats_head_stride + (its q_start) + r. */
     int64_t stats_batch_stride;
     int64_t stats_head_stride;
+    /* Paged K/V (page_table set; a packed batch): key j of sequence b is row j % page_size
+       of page page_table[b * pages_per_seq + j / page_size]; k/v_batch_stride are then
+       the page strides. The page ids are device values, checked against num_pages. */
+    const int32_t *page_table;
+    int32_t page_size;
+    int32_t pages_per_seq;
+    int32_t num_pages;
+    int32_t reserved_paged;
 
     int32_t batch;
     int32_t heads_q;
@@ -84,6 +92,21 @@ static inline int32_t fa2_kernel_window_right(int64_t window_right, int64_t seql
 /* Launches the forward kernel for p->head_dim_bucket, p->dtype and p->kernel_family on
  * `stream` (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
 int fa2_fwd_launch(const fa2_params_t *p, void *stream);
+
+/* fa2_cache_write's arguments (checked by src/cache_write.c). */
+typedef struct fa2_cache_write_params_t {
+    const void *k_new, *v_new;
+    const int32_t *slot_mapping;
+    void *k_cache, *v_cache;
+    int64_t n_tokens, new_row_stride;
+    int64_t page_stride_k, row_stride_k, head_stride_k;
+    int64_t page_stride_v, row_stride_v, head_stride_v;
+    int64_t slots; /* num_pages * page_size */
+    int32_t page_size, heads_kv, head_dim, reserved0;
+} fa2_cache_write_params_t;
+
+/* Launches the cache-write kernel on `stream`. Returns a cudaError_t value. */
+int fa2_cache_write_launch(const fa2_cache_write_params_t *p, void *stream);
 
 /* Launches the backward kernels on `stream`. Returns a cudaError_t value; every
  * fallible set-up comes before the first launch. *outputs_queued is set to 1 once a

@@ -9,8 +9,8 @@
 //   - a packed variable-length batch (p.cu_seqlens_q set): the batch strides are 0 and
 //     sequence b's rows start at cu_seqlens_q[b] / cu_seqlens_k[b], its lengths from the
 //     offsets (or seqused_k); p.seqlen_q / p.seqlen_k are then the planned maxima;
-//   - next: a paged KV cache: k_row / v_row look the row's page up in a page table
-//     (the tile loads then take a row pointer per row, or one per page-sized tile);
+//   - a paged KV cache (kPagedSeq): PagedRows looks each key row's page up in the page
+//     table, and the K/V tile loads take it instead of a row pointer and stride;
 //   - split-KV: a block's key range is a slice of the sequence's, set by the caller.
 #pragma once
 
@@ -28,23 +28,35 @@ struct Sequence {
     int seqlen_q, seqlen_k;
 };
 
-// Sequence `batch`. kPacked (a compile-time choice, so that a dense batch's kernels
-// keep the call's lengths as constants): read the offsets; a sequence whose offsets or
-// lengths leave the planned bounds (maximum lengths, the tensors' rows) gets
-// seqlen_q = 0, and no block reads or writes anything for it.
-template <bool kPacked>
+// How a kernel finds its sequences: compiled for dense or for packed batches (the
+// forward: a dense batch's kernels keep the call's lengths as constants), or deciding
+// at run time from p.cu_seqlens_q (the backward: one kernel serves both).
+enum SeqMode { kDenseSeq, kPackedSeq, kPagedSeq, kAnySeq };
+
+// Sequence `batch`. Packed: from the offsets; a sequence whose offsets or lengths leave
+// the planned bounds (maximum lengths, the tensors' rows) gets seqlen_q = 0, and no
+// block reads or writes anything for it.
+template <int kMode>
 __device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
 {
     Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k};
-    if constexpr (kPacked) {
+    if (kMode == kPackedSeq || kMode == kPagedSeq || (kMode == kAnySeq && p.cu_seqlens_q)) {
         s.q_start = p.cu_seqlens_q[batch];
         s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_start;
-        s.k_start = p.cu_seqlens_k[batch];
-        s.seqlen_k = p.seqused_k ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - s.k_start;
+        bool k_in_bounds;
+        if (kMode == kPagedSeq) {  // keys from the sequence's pages: its own row 0 up
+            s.seqlen_k = p.seqused_k[batch];
+            k_in_bounds = s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
+                          s.seqlen_k <= static_cast<int64_t>(p.pages_per_seq) * p.page_size;
+        } else {
+            s.k_start = p.cu_seqlens_k[batch];
+            s.seqlen_k =
+                p.seqused_k ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - s.k_start;
+            k_in_bounds = s.k_start >= 0 && s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
+                          s.k_start <= p.total_k - s.seqlen_k;
+        }
         const bool in_bounds = s.q_start >= 0 && s.seqlen_q >= 0 && s.seqlen_q <= p.seqlen_q &&
-                               s.q_start <= p.total_q - s.seqlen_q && s.k_start >= 0 &&
-                               s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
-                               s.k_start <= p.total_k - s.seqlen_k;
+                               s.q_start <= p.total_q - s.seqlen_q && k_in_bounds;
         if (!in_bounds) s.seqlen_q = s.seqlen_k = 0;
     }
     return s;
@@ -116,6 +128,36 @@ __device__ __forceinline__ Elem *dv_row(const fa2_params_t &p, const Sequence &s
            (s.k_start + row) * p.v_seq_stride;
 }
 
+// The key rows of one (sequence, kv head) in a paged K or V: row(key) is the address
+// of key `key`'s head_dim values, or NULL when its page id is out of [0, num_pages).
+template <typename Elem>
+struct PagedRows {
+    const Elem *head;       // page 0, row 0 of this kv head
+    const int32_t *pages;   // the sequence's page-table row
+    int64_t page_stride, row_stride;
+    int page_size, num_pages;
+
+    __device__ __forceinline__ const Elem *row(int key) const
+    {
+        const int index = key / page_size;
+        const int page = pages[index];
+        if (page < 0 || page >= num_pages) return nullptr;
+        return head + page * page_stride + (key - index * page_size) * row_stride;
+    }
+};
+
+// The rows of K (kV = false) or V for one (sequence, kv head) of a paged cache.
+template <typename Elem, bool kV>
+__device__ __forceinline__ PagedRows<Elem> paged_rows(const fa2_params_t &p, const Sequence &s,
+                                                      int kv_head)
+{
+    return {static_cast<const Elem *>(kV ? p.v : p.k) +
+                kv_head * (kV ? p.v_head_stride : p.k_head_stride),
+            p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq,
+            kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_seq_stride : p.k_seq_stride,
+            p.page_size, p.num_pages};
+}
+
 // Index of query row 0 of (sequence, head) in the per-row statistics: LSE and D (one
 // float per row), the dQ accumulator (head_dim floats per row). Dense: [batch, heads_q,
 // seqlen_q]; packed: [heads_q, total_q].
@@ -124,8 +166,16 @@ __device__ __forceinline__ int64_t stats_row(const fa2_params_t &p, const Sequen
     return s.batch * p.stats_batch_stride + head * p.stats_head_stride + s.q_start;
 }
 
+// Rows of the per-row statistics: batch * heads_q * seqlen_q, or heads_q * total_q.
+__device__ __forceinline__ int64_t stats_rows(const fa2_params_t &p)
+{
+    return p.cu_seqlens_q ? static_cast<int64_t>(p.heads_q) * p.total_q
+                          : static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+}
+
 // The row kernels number every query row of the call flat, statistics order: flat row
-// r is row `row` of head `head` in sequence `batch`.
+// r is row `row` of head `head` in sequence `batch`. A packed batch counts as one
+// sequence of total_q rows (batch 0; its batch strides are 0), spare rows included.
 struct FlatRow {
     int batch, head, row;
 };
@@ -133,9 +183,9 @@ struct FlatRow {
 __device__ __forceinline__ FlatRow flat_row(const fa2_params_t &p, int64_t r)
 {
     FlatRow fr;
-    fr.row = static_cast<int>(r % p.seqlen_q);
-    fr.head = static_cast<int>((r / p.seqlen_q) % p.heads_q);
-    fr.batch = static_cast<int>(r / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+    fr.row = static_cast<int>(r % p.stats_head_stride);
+    fr.head = static_cast<int>((r / p.stats_head_stride) % p.heads_q);
+    fr.batch = p.stats_batch_stride ? static_cast<int>(r / p.stats_batch_stride) : 0;
     return fr;
 }
 

@@ -187,6 +187,27 @@ __device__ __forceinline__ void fill_scale(float (&scale)[kM][2], float value)
     for (int m = 0; m < kM; ++m) scale[m][0] = scale[m][1] = value;
 }
 
+// load_tile for key rows key_first.. of a paged K or V (common/seqinfo.cuh PagedRows):
+// each row's address from its page; rows >= rows_valid, columns >= cols_valid and rows
+// whose page id is out of range are zero-filled.
+template <typename Elem, int kRows, int kChunks, int kRowBytes, int kThreads, typename Rows>
+__device__ __forceinline__ void load_tile_rows(uint32_t smem, const Rows &rows, int key_first,
+                                               int rows_valid, int cols_valid, int tid)
+{
+    static_assert(kRows * kChunks % kThreads == 0, "tile splits evenly over threads");
+    constexpr int kPerThread = kRows * kChunks / kThreads;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+        const int idx = tid + i * kThreads;
+        const int row = idx / kChunks;
+        const int chunk = idx % kChunks;
+        const Elem *src = row < rows_valid ? rows.row(key_first + row) : nullptr;
+        const bool valid = src && chunk * 8 < cols_valid;
+        cp_async_16(smem + swizzled<kRowBytes>(row, chunk), valid ? src + chunk * 8 : rows.head,
+                    valid);
+    }
+}
+
 // Copies rows [0, kRows) of a tile starting at `gmem` (row stride `row_stride`
 // elements) into swizzled shared memory with kThreads threads, zero-filling rows
 // >= rows_valid and columns >= cols_valid. kChunks: 16-byte chunks per row copied.

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
     auto load_step = [&](int step, int buf) {
         const int head = b.head(step);
         const int row0 = b.tile(step) * Tr::kBlockM;
-        const int rows = p.seqlen_q - row0;
+        const int rows = seq.seqlen_q - row0;
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
             q_smem[buf], q_row<Elem>(p, seq, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
     if (b.steps > 0) {
         const Elem *k = k_row<Elem>(p, seq, kv_head, key_first);
         const Elem *v = v_row<Elem>(p, seq, kv_head, key_first);
-        const int keys = p.seqlen_k - key_first;
+        const int keys = seq.seqlen_k - key_first;
         load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
             k_smem, k, p.k_seq_stride, keys, p.head_dim, tid);
         load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
@@ -108,13 +108,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
             zero(pt);
             gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pt, k_smem + warp_rows,
                                                                     q_smem[buf], lane);
-            const bool masked = row0 + Tr::kBlockM > p.seqlen_q ||
+            const bool masked = row0 + Tr::kBlockM > seq.seqlen_q ||
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
 #pragma unroll
             for (int m = 0; m < kM; ++m) {
                 const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
-                exp_scores_keys_as_rows(pt[m], p, win, lse, masked, row0, key_row, lane);
+                exp_scores_keys_as_rows(pt[m], p.scale_log2, seq.seqlen_q, win, lse, masked,
+                                        row0, key_row, lane);
             }
 
             // dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ.
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
     const int lane = tid % 32;
 
     const auto [seq, head, kv_head, row_first, row_last, n_first, n_end, win] =
-        query_tile<Tr::kDqBlockM, Tr::kDqBlockN, false>(p);
+        query_tile<Tr::kDqBlockM, Tr::kDqBlockN, false, kAnySeq>(p);
 
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t do_smem = q_smem + Tr::kDqQBytes;
@@ -193,10 +194,10 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
     auto load_kv = [&, seq = seq, kv_head = kv_head](int n_block, int buf) {
         const int key0 = n_block * Tr::kDqBlockN;
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            k_smem[buf], k_row<Elem>(p, seq, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
+            k_smem[buf], k_row<Elem>(p, seq, kv_head, key0), p.k_seq_stride, seq.seqlen_k - key0,
             p.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            v_smem[buf], v_row<Elem>(p, seq, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
+            v_smem[buf], v_row<Elem>(p, seq, kv_head, key0), p.v_seq_stride, seq.seqlen_k - key0,
             p.head_dim, tid);
     };
 
@@ -209,7 +210,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = warp_row0 + m * 16 + (lane >> 2) + 8 * h;
-            const bool valid = row < p.seqlen_q;
+            const bool valid = row < seq.seqlen_q;
             lse_log2[m][h] = valid ? p.lse[stat0 + row] * kLog2e : 0.f;
             dsum[m][h] = valid ? p.d_sum[stat0 + row] : 0.f;
         }
@@ -220,9 +221,9 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
         const Elem *q = q_row<Elem>(p, seq, head, row_first);
         const Elem *d_o = do_row<Elem>(p, seq, head, row_first);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            q_smem, q, p.q_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
+            q_smem, q, p.q_seq_stride, seq.seqlen_q - row_first, p.head_dim, tid);
         load_tile<Elem, Tr::kDqBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kDqThreads>(
-            do_smem, d_o, p.o_seq_stride, p.seqlen_q - row_first, p.head_dim, tid);
+            do_smem, d_o, p.o_seq_stride, seq.seqlen_q - row_first, p.head_dim, tid);
         load_kv(n_first, 0);
         cp_async_commit();
 
@@ -266,7 +267,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
     float scale[kM][2];
     fill_scale(scale, p.softmax_scale);
     store_acc<Elem>(dq, scale, dq_row<Elem>(p, seq, head, 0), p.q_seq_stride, warp_row0,
-                    p.seqlen_q, 0, p.head_dim, lane);
+                    seq.seqlen_q, 0, p.head_dim, lane);
 }
 
 }  // namespace fa2

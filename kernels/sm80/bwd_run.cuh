@@ -16,7 +16,8 @@ template <typename Elem, int kHeadDim, int kCompact>
 cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
     using Tr = BwdTraits<Elem, kHeadDim, kCompact>;
-    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t rows = static_cast<int64_t>(p.heads_q) *
+                         (p.cu_seqlens_q ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q);
     const int64_t n_blocks = (p.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
     const int64_t dkdv_grid = n_blocks * Tr::kSlices * p.heads_kv * p.batch;
     const int64_t dq_grid = (p.seqlen_q + Tr::kDqBlockM - 1) / Tr::kDqBlockM * p.heads_q * p.batch;

@@ -18,17 +18,28 @@
 
 namespace fa2 {
 
-template <typename Tr>
-__device__ __forceinline__ void load_rows(uint32_t smem, const typename Tr::Elem *gmem,
-                                          int64_t row_stride, int rows_valid, int head_dim,
-                                          int tid)
+// Keys key_first.. of K (kV = false) or V into a tile: rows past the sequence's keys
+// zero-filled; a paged cache's rows each from its page.
+template <typename Tr, int kMode, bool kV>
+__device__ __forceinline__ void load_kv(uint32_t smem, const fa2_params_t &p,
+                                        const Sequence &seq, int kv_head, int key_first, int tid)
 {
-    load_tile<typename Tr::Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-        smem, gmem, row_stride, rows_valid, head_dim, tid);
+    using Elem = typename Tr::Elem;
+    if constexpr (kMode == kPagedSeq) {
+        load_tile_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
+            smem, paged_rows<Elem, kV>(p, seq, kv_head),
+            key_first, seq.seqlen_k - key_first, p.head_dim, tid);
+    } else {
+        const Elem *rows =
+            kV ? v_row<Elem>(p, seq, kv_head, key_first) : k_row<Elem>(p, seq, kv_head, key_first);
+        load_tile<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
+            smem, rows, kV ? p.v_seq_stride : p.k_seq_stride, seq.seqlen_k - key_first,
+            p.head_dim, tid);
+    }
 }
 
-// kPacked: a packed variable-length batch (p.cu_seqlens_q set).
-template <typename Tr, bool kPacked>
+// kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
+template <typename Tr, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -39,7 +50,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     const int lane = tid % 32;
 
     const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true, kMode>(p);
 
     const uint32_t q_smem = smem_addr(smem);
     const uint32_t k_smem[2] = {q_smem + Tr::kQBytes, q_smem + Tr::kQBytes + Tr::kKVBytes};
@@ -56,22 +67,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
             seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        load_rows<Tr>(k_smem[0], k_row<Elem>(p, seq, kv_head, n_block * Tr::kBlockN),
-                      p.k_seq_stride, seq.seqlen_k - n_block * Tr::kBlockN, p.head_dim, tid);
+        load_kv<Tr, kMode, false>(k_smem[0], p, seq, kv_head, n_block * Tr::kBlockN, tid);
         cp_async_commit();
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
             cp_async_wait<0>();  // K(n_block), and Q on the first pass
             __syncthreads();     // ...visible to all; every warp is done with V and K(other)
-            load_rows<Tr>(v_smem, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
-                          seq.seqlen_k - key_first, p.head_dim, tid);
+            load_kv<Tr, kMode, true>(v_smem, p, seq, kv_head, key_first, tid);
             cp_async_commit();
             const bool prefetch = n_block > n_block_min;
             if (prefetch) {
                 const int next_first = key_first - Tr::kBlockN;
-                load_rows<Tr>(k_smem[(it + 1) & 1], k_row<Elem>(p, seq, kv_head, next_first),
-                              p.k_seq_stride, seq.seqlen_k - next_first, p.head_dim, tid);
+                load_kv<Tr, kMode, false>(k_smem[(it + 1) & 1], p, seq, kv_head, next_first,
+                                          tid);
                 cp_async_commit();
             }
 

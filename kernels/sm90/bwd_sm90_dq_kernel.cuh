@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     const int wg_row0 = (warp / 4) * 64;
 
     const auto [seq, head, kv_head, row_first, row_last, n_first, n_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true, kAnySeq>(p);
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t do_smem = q_smem + Tr::kQBytes;
@@ -64,13 +64,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int n_block) {
         const int key0 = n_block * Tr::kBlockN;
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, k_row<Elem>(p, seq, kv_head, key0), p.k_seq_stride, p.seqlen_k - key0,
+            dst, k_row<Elem>(p, seq, kv_head, key0), p.k_seq_stride, seq.seqlen_k - key0,
             p.head_dim, tid);
     };
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int n_block) {
         const int key0 = n_block * Tr::kBlockN;
         load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, v_row<Elem>(p, seq, kv_head, key0), p.v_seq_stride, p.seqlen_k - key0,
+            dst, v_row<Elem>(p, seq, kv_head, key0), p.v_seq_stride, seq.seqlen_k - key0,
             p.head_dim, tid);
     };
 
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = warp_row0 + (lane >> 2) + 8 * h;
-        const bool valid = row < p.seqlen_q;
+        const bool valid = row < seq.seqlen_q;
         lse_log2[h] = valid ? p.lse[stat0 + row] * kLog2e : 0.f;
         dsum[h] = valid ? p.d_sum[stat0 + row] : 0.f;
     }
@@ -91,10 +91,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     if (n_end > n_first) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
             q_smem, q_row<Elem>(p, seq, head, row_first), p.q_seq_stride,
-            p.seqlen_q - row_first, p.head_dim, tid);
+            seq.seqlen_q - row_first, p.head_dim, tid);
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
             do_smem, do_row<Elem>(p, seq, head, row_first), p.o_seq_stride,
-            p.seqlen_q - row_first, p.head_dim, tid);
+            seq.seqlen_q - row_first, p.head_dim, tid);
         int n_block = n_end - 1;
         load_k(k_smem, n_block);
         load_v(v_smem, n_block);
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     float scale[1][2];
     fill_scale(scale, p.softmax_scale);
     store_acc<Elem>(dq, scale, dq_row<Elem>(p, seq, head, 0), p.q_seq_stride, warp_row0,
-                    p.seqlen_q, 0, p.head_dim, lane);
+                    seq.seqlen_q, 0, p.head_dim, lane);
 #endif
 }
 

@@ -88,7 +88,7 @@ __device__ __forceinline__ void write_dq_steps(const fa2_params_t &p, const KeyB
     for (int step = 0; step < b.steps; ++step) {
         mbarrier_wait(staged, step & 1);
         const int row0 = b.tile(step) * Tr::kBlockM;
-        const int rows = min(Tr::kBlockM, p.seqlen_q - row0);
+        const int rows = min(Tr::kBlockM, b.seq.seqlen_q - row0);
         float *acc = p.dq_accum + (stats_row(p, b.seq, b.head(step)) + row0) * p.head_dim;
 #pragma unroll 4
         for (int i = wtid; i < Tr::kBlockM * kVecs; i += 128) {
@@ -110,7 +110,7 @@ __device__ __forceinline__ void load_step_sm90(const fa2_params_t &p, const KeyB
 {
     const int head = b.head(step);
     const int row0 = b.tile(step) * kBlockM;
-    const int rows = p.seqlen_q - row0;
+    const int rows = b.seq.seqlen_q - row0;
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
         q_dst, q_row<Elem>(p, b.seq, head, row0), p.q_seq_stride, rows, p.head_dim, tid);
     load_panels<Elem, kBlockM, kLoadChunks, kThreads>(
@@ -128,7 +128,7 @@ template <typename Elem, int kBlockN, int kLoadChunks, int kThreads>
 __device__ __forceinline__ void load_kv_sm90(const fa2_params_t &p, const KeyBlock &b,
                                              uint32_t k_dst, uint32_t v_dst, int tid)
 {
-    const int keys = p.seqlen_k - b.key_first;
+    const int keys = b.seq.seqlen_k - b.key_first;
     load_panels<Elem, kBlockN, kLoadChunks, kThreads>(
         k_dst, k_row<Elem>(p, b.seq, b.kv_head, b.key_first), p.k_seq_stride, keys, p.head_dim,
         tid);
@@ -234,10 +234,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
             reg_fence(st);
 
             // Pᵀ: rows are keys, columns queries.
-            const bool masked = row0 + Tr::kBlockM > p.seqlen_q ||
+            const bool masked = row0 + Tr::kBlockM > b.seq.seqlen_q ||
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
-            exp_scores_keys_as_rows(st, p, win, lse, masked, row0,
+            exp_scores_keys_as_rows(st, p.scale_log2, b.seq.seqlen_q, win, lse, masked, row0,
                                     key_first + warp * 16 + (lane >> 2), lane);
             wgmma_wait<0>();
             reg_fence(dpt);

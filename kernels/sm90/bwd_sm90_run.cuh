@@ -24,7 +24,8 @@ cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outpu
     using Dq = DqSm90Traits<Elem, kHeadDim>;
     const bool atomic = p.dq_accum != nullptr;
     if (kSplit && atomic) return cudaErrorInvalidValue;  // the plan gives split rows none
-    const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t rows = static_cast<int64_t>(p.heads_q) *
+                         (p.cu_seqlens_q ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q);
     const int64_t dq_grid = (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM * p.heads_q * p.batch;
     cudaError_t err;
     if constexpr (kSplit) {

@@ -130,10 +130,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
             };
             uint32_t frag[Tr::kBlockM / 16][4];
             if (wg == 0) {
-                const bool masked = row0 + Tr::kBlockM > p.seqlen_q ||
+                const bool masked = row0 + Tr::kBlockM > b.seq.seqlen_q ||
                                     win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                          key_last);
-                exp_scores_keys_as_rows(acc, p, win, lse, masked, row0, key_row, lane);
+                exp_scores_keys_as_rows(acc, p.scale_log2, b.seq.seqlen_q, win, lse, masked,
+                                        row0, key_row, lane);
 #pragma unroll
                 for (int n = 0; n < kN; ++n)
                     xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);

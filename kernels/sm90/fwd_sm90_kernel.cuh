@@ -52,8 +52,8 @@ struct FwdSm90Traits {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
 };
 
-// kPacked: a packed variable-length batch (p.cu_seqlens_q set).
-template <typename Tr, bool kPacked>
+// kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
+template <typename Tr, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -66,20 +66,30 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     const int wg_row0 = (warp / 4) * 64;  // this warpgroup's first row in the tile
 
     const auto [seq, head, kv_head, row_first, row_last, n_block_min, n_block_end, win] =
-        query_tile<Tr::kBlockM, Tr::kBlockN, true, kPacked>(p);
+        query_tile<Tr::kBlockM, Tr::kBlockN, true, kMode>(p);
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
-        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, k_row<Elem>(p, seq, kv_head, key_first), p.k_seq_stride,
-            seq.seqlen_k - key_first, p.head_dim, tid);
+        if constexpr (kMode == kPagedSeq)
+            load_panels_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+                dst, paged_rows<Elem, false>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
+                p.head_dim, tid);
+        else
+            load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+                dst, k_row<Elem>(p, seq, kv_head, key_first), p.k_seq_stride,
+                seq.seqlen_k - key_first, p.head_dim, tid);
     };
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
-        load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-            dst, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
-            seq.seqlen_k - key_first, p.head_dim, tid);
+        if constexpr (kMode == kPagedSeq)
+            load_panels_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+                dst, paged_rows<Elem, true>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
+                p.head_dim, tid);
+        else
+            load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+                dst, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
+                seq.seqlen_k - key_first, p.head_dim, tid);
     };
 
     float o[1][Tr::kDTiles][4];

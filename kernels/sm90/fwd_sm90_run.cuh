@@ -16,7 +16,9 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
-    const auto kernel = p.cu_seqlens_q ? fwd_sm90_kernel<Tr, true> : fwd_sm90_kernel<Tr, false>;
+    const auto kernel = p.page_table    ? fwd_sm90_kernel<Tr, kPagedSeq>
+                        : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq>
+                                         : fwd_sm90_kernel<Tr, kDenseSeq>;
     return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 

@@ -127,6 +127,30 @@ __device__ __forceinline__ void load_panels(uint32_t smem, const Elem *gmem, int
     }
 }
 
+// load_panels for key rows key_first.. of a paged K or V (PagedRows in
+// common/seqinfo.cuh): each row's address from its page; rows >= rows_valid, columns >=
+// cols_valid and rows whose page id is out of range are zero-filled.
+template <typename Elem, int kRows, int kChunks, int kThreads, typename Rows>
+__device__ __forceinline__ void load_panels_rows(uint32_t smem, const Rows &rows, int key_first,
+                                                 int rows_valid, int cols_valid, int tid)
+{
+    static_assert(kRows * kChunks % kThreads == 0, "tile splits evenly over threads");
+    static_assert(kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0,
+                  "each thread keeps one chunk column, stepping whole swizzle atoms");
+    constexpr int kPerThread = kRows * kChunks / kThreads;
+    constexpr int kRowStep = kThreads / kChunks;
+    const int row0 = tid / kChunks;
+    const int chunk = tid % kChunks;
+    const bool col_valid = chunk * 8 < cols_valid;
+    const uint32_t dst = smem + panel_offset<kRows>(row0, chunk);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+        const int row = row0 + i * kRowStep;
+        const Elem *src = col_valid && row < rows_valid ? rows.row(key_first + row) : nullptr;
+        cp_async_16(dst + i * kRowStep * 128, src ? src + chunk * 8 : rows.head, src != nullptr);
+    }
+}
+
 // P (fp32, m16n8 accumulator layout, columns 16kk..16kk+15) as the m16k16 A fragment.
 template <typename Elem, int kN>
 __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const float (&p)[kN][4], int kk)

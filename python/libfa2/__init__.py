@@ -43,7 +43,7 @@ __all__ = [
     "Fa2Error", "Fa2ShapeError", "Fa2LibraryNotFound", "Problem", "DeviceInfo", "Plan",
     "Library", "load_library", "library", "version", "build_info", "status_string", "device_info",
     "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
-    "attention", "flash_attn_func", "flash_attn_varlen_func",
+    "attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
     "DTYPE_FP16", "DTYPE_BF16", "MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
     "STRUCT_MIRRORS", "plan_for", "repeats_addresses",
 ]
@@ -179,7 +179,8 @@ class Problem(ctypes.Structure):
                 + [("softmax_scale", ctypes.c_float), ("reserved0", _i32)]
                 + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
                 + [("deterministic", _i32), ("reserved1", _i32)]
-                + [("total_q", _i64), ("total_k", _i64)])
+                + [("total_q", _i64), ("total_k", _i64)]
+                + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq")])
 
 
 class DeviceInfo(ctypes.Structure):
@@ -302,10 +303,11 @@ class Library:
         c.fa2_plan.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(DeviceInfo),
                                ctypes.POINTER(PlanStruct)]
         c.fa2_forward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 6 + [sz, vp]
-        c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 9 + [sz, vp]
+        c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
+        c.fa2_backward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 13 + [sz, vp]
         c.fa2_backward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
         for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_forward_varlen",
-                  "fa2_backward"):
+                  "fa2_backward", "fa2_backward_varlen"):
             getattr(c, f).restype = ctypes.c_int
         # The mirrors must match the library's layout (the library writes struct_size).
         probe = Problem()
@@ -545,11 +547,13 @@ def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strid
 def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *, batch,
                         max_seqlen_q, max_seqlen_k, q_strides=None, k_strides=None,
                         v_strides=None, o_strides=None, causal=False, window=(-1, -1),
-                        softmax_scale=None, lib=None):
+                        softmax_scale=None, pages=None, lib=None):
     """An fa2_problem_t for a packed variable-length batch (fa2_forward_varlen): Q and O
     [total_q, heads_q, head_dim], K and V [total_k, heads_kv, head_dim], strides (row,
     head) in elements (None = contiguous); at most `batch` sequences, the longest
-    max_seqlen_q queries and max_seqlen_k keys. fa2_plan validates it."""
+    max_seqlen_q queries and max_seqlen_k keys. pages=(page_size, num_pages,
+    pages_per_seq, k_page_stride, v_page_stride): K and V are a paged cache [num_pages,
+    page_size, heads_kv, head_dim] instead (total_k 0). fa2_plan validates it."""
     p = (lib or library()).problem_init(dtype, batch, max_seqlen_q, max_seqlen_k, heads_q,
                                          heads_kv, head_dim)
     p.total_q, p.total_k = int(total_q), int(total_k)
@@ -560,6 +564,10 @@ def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *,
         setattr(p, f"{n}_batch_stride", 0)
         setattr(p, f"{n}_seq_stride", row)
         setattr(p, f"{n}_head_stride", head)
+    if pages is not None:
+        page_size, num_pages, pages_per_seq, k_page, v_page = (int(x) for x in pages)
+        p.page_size, p.num_pages, p.pages_per_seq = page_size, num_pages, pages_per_seq
+        p.k_batch_stride, p.v_batch_stride = k_page, v_page
     p.causal = int(bool(causal))
     p.window_left, p.window_right = int(window[0]), int(window[1])
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
@@ -618,15 +626,29 @@ class Plan:
             _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward")
 
     def forward_varlen(self, q, k, v, o, cu_seqlens_q, cu_seqlens_k, lse=None,
-                       seqused_k=None, workspace=None, workspace_bytes=None, stream=None):
-        """fa2_forward_varlen for a packed plan (make_varlen_problem): the offsets are
-        device int32 arrays (pointers or torch tensors), read on the GPU only."""
+                       seqused_k=None, page_table=None, workspace=None, workspace_bytes=None,
+                       stream=None):
+        """fa2_forward_varlen for a packed plan (make_varlen_problem): the offsets, key
+        counts and page table are device int32 arrays (pointers or torch tensors), read
+        on the GPU only."""
         if workspace_bytes is None:
             workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) else 0
         self.lib.check(self.lib.cdll.fa2_forward_varlen(
             ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse),
-            _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), _ptr(workspace),
-            workspace_bytes, _stream(stream)), "fa2_forward_varlen")
+            _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), _ptr(page_table),
+            _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward_varlen")
+
+    def backward_varlen(self, q, k, v, o, d_o, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                        workspace, seqused_k=None, workspace_bytes=None, stream=None):
+        """fa2_backward_varlen for a packed plan, with the forward's offsets."""
+        if workspace_bytes is None:
+            workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) \
+                else self.raw.bwd_workspace_bytes
+        self.lib.check(self.lib.cdll.fa2_backward_varlen(
+            ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(d_o), _ptr(lse),
+            _ptr(dq), _ptr(dk), _ptr(dv), _ptr(cu_seqlens_q), _ptr(cu_seqlens_k),
+            _ptr(seqused_k), _ptr(workspace), workspace_bytes, _stream(stream)),
+            "fa2_backward_varlen")
 
     def backward(self, q, k, v, o, d_o, lse, dq, dk, dv, workspace, workspace_bytes=None,
                  stream=None):
@@ -977,6 +999,55 @@ def _custom_ops():
             return dq, dk, dv, None, None, None, None, None
 
         fwd.register_autograd(backward_formula, setup_context=setup_context)
+
+        @torch.library.custom_op("libfa2::varlen_fwd", mutates_args=())
+        def varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                       seqused_k: Optional[torch.Tensor], max_seqlen_q: int,
+                       max_seqlen_k: int, causal: bool, window_left: int, window_right: int,
+                       softmax_scale: Optional[float],
+                       deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+            return _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                   max_seqlen_q, max_seqlen_k, causal,
+                                   (window_left, window_right), softmax_scale, deterministic)
+
+        @varlen_fwd.register_fake
+        def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+              causal, window_left, window_right, softmax_scale, deterministic):
+            return (q.new_empty(q.shape),
+                    q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
+
+        @torch.library.custom_op("libfa2::varlen_bwd", mutates_args=())
+        def varlen_bwd(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                       cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor],
+                       max_seqlen_q: int, max_seqlen_k: int, causal: bool, window_left: int,
+                       window_right: int, softmax_scale: Optional[float],
+                       deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            return _varlen_backward(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                                    seqused_k, max_seqlen_q, max_seqlen_k, causal,
+                                    (window_left, window_right), softmax_scale, deterministic)
+
+        @varlen_bwd.register_fake
+        def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+              max_seqlen_k, causal, window_left, window_right, softmax_scale, deterministic):
+            return tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                             device=t.device) for t in (q, k, v))
+
+        def varlen_setup_context(ctx, inputs, output):
+            q, k, v, cu_q, cu_k, used = inputs[:6]
+            o, lse = output
+            ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, used)
+            ctx.mark_non_differentiable(lse)
+            ctx.options = inputs[6:]
+
+        def varlen_backward_formula(ctx, d_o, d_lse):
+            q, k, v, o, lse, cu_q, cu_k, used = ctx.saved_tensors
+            dq, dk, dv = varlen_bwd(d_o, q, k, v, o, lse, cu_q, cu_k, used, *ctx.options)
+            return (dq, dk, dv) + (None,) * 10
+
+        varlen_fwd.register_autograd(varlen_backward_formula,
+                                     setup_context=varlen_setup_context)
         _ops = torch.ops.libfa2
     return _ops
 
@@ -1036,30 +1107,91 @@ def _check_offsets(name, t, n, device):
         raise Fa2ShapeError(f"{name} is on {t.device}, q on {device}: they must match")
 
 
+def _varlen_plan(q3, k3, v3, batch, max_seqlen_q, max_seqlen_k, causal, window,
+                 softmax_scale, deterministic):
+    """The cached Plan of a packed batch: q3 [total_q, hq, d], k3/v3 [total_k, hkv, d],
+    O contiguous like q3."""
+    key = ("varlen", q3.device.index, str(q3.dtype), tuple(q3.shape), q3.stride(),
+           tuple(k3.shape), k3.stride(), v3.stride(), batch, int(max_seqlen_q),
+           int(max_seqlen_k), bool(causal), tuple(window), softmax_scale, bool(deterministic))
+    p = _plan_cache.get(key)
+    if p is None:
+        lib = library()
+        problem = make_varlen_problem(
+            q3.dtype, q3.shape[0], k3.shape[0], q3.shape[1], k3.shape[1], q3.shape[2],
+            batch=batch, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            q_strides=q3.stride()[:2], k_strides=k3.stride()[:2], v_strides=v3.stride()[:2],
+            o_strides=(q3.shape[1] * q3.shape[2], q3.shape[2]), causal=causal,
+            window=window, softmax_scale=softmax_scale, lib=lib)
+        problem.deterministic = int(bool(deterministic))
+        p = lib.plan(problem, q3.device.index)
+        with _lock:
+            if len(_plan_cache) >= _PLAN_CACHE_MAX:
+                _plan_cache.clear()
+            _plan_cache[key] = p
+    return p
+
+
+def _varlen_inputs(k3, v3, q3):
+    """K and V pointers for the library: with no key row (data_ptr() may be 0), q stands
+    in; nothing is read from it."""
+    return (q3, q3) if k3.shape[0] == 0 else (k3, v3)
+
+
+def _varlen_forward(q3, k3, v3, cu_q, cu_k, seqused_k, max_q, max_k, causal, window,
+                    softmax_scale, deterministic):
+    """(o, lse) of a checked packed batch: o contiguous like q3, lse [heads_q, total_q]."""
+    torch = _torch()
+    p = _varlen_plan(q3, k3, v3, cu_q.numel() - 1, max_q, max_k, causal, window,
+                     softmax_scale, deterministic)
+    k_c, v_c = _varlen_inputs(k3, v3, q3)
+    o = torch.empty(q3.shape, dtype=q3.dtype, device=q3.device)
+    lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q3.device)
+    with torch.cuda.device(q3.device):
+        p.forward_varlen(q3, k_c, v_c, o, cu_q, cu_k, lse, seqused_k,
+                         stream=torch.cuda.current_stream(q3.device))
+    return o, lse
+
+
+def _varlen_backward(d_o, q3, k3, v3, o, lse, cu_q, cu_k, seqused_k, max_q, max_k, causal,
+                     window, softmax_scale, deterministic):
+    """(dq, dk, dv) of a packed batch, each with its input's strides; rows no sequence
+    uses (which the library leaves alone) are 0, their gradient."""
+    torch = _torch()
+    dq, dk, dv = (_empty_as(t).zero_() for t in (q3, k3, v3))
+    if k3.shape[0] == 0:
+        return dq, dk, dv  # no key: dQ = 0, dK and dV empty
+    p = _varlen_plan(q3, k3, v3, cu_q.numel() - 1, max_q, max_k, causal, window,
+                     softmax_scale, deterministic)
+    d_o = d_o.contiguous()  # O's strides (o is contiguous)
+    workspace = torch.empty(max(int(p.bwd_workspace_bytes), 16), dtype=torch.uint8,
+                            device=q3.device)
+    with torch.cuda.device(q3.device):
+        p.backward_varlen(q3, k3, v3, o, d_o, lse, dq, dk, dv, cu_q, cu_k, workspace,
+                          seqused_k, stream=torch.cuda.current_stream(q3.device))
+    return dq, dk, dv
+
+
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, *, seqused_k=None,
                            return_lse=False):
-    """A packed variable-length batch, forward only, in the shape of
-    flash_attn.flash_attn_varlen_func: q [total_q, heads_q, d], k and v [total_k,
-    heads_kv, d] (CUDA, fp16/bf16, head_dim stride 1), cu_seqlens_q / cu_seqlens_k int32
-    [batch + 1] offsets on q's device, max_seqlen_q / max_seqlen_k the longest sequences
-    (host ints: the plan's bounds). seqused_k (int32 [batch]): the keys each sequence
-    uses. Returns o [total_q, heads_q, d], and with return_lse=True also the LSE float32
-    [heads_q, total_q] (natural log). The offsets are read on the GPU only. The backward
-    of packed batches is not there yet: inputs that require grad (with grad enabled) are
-    refused, as are dropout, softcap, ALiBi and returned probabilities."""
+    """A packed variable-length batch in the shape of flash_attn.flash_attn_varlen_func,
+    differentiable: q [total_q, heads_q, d], k and v [total_k, heads_kv, d] (CUDA,
+    fp16/bf16), cu_seqlens_q / cu_seqlens_k int32 [batch + 1] offsets on q's device,
+    max_seqlen_q / max_seqlen_k the longest sequences (host ints: the plan's bounds).
+    seqused_k (int32 [batch]): the keys each sequence uses. Returns o [total_q, heads_q,
+    d], and with return_lse=True also the LSE float32 [heads_q, total_q] (natural log,
+    not differentiable). The offsets are read on the GPU only. Runs as the custom ops
+    libfa2::varlen_fwd / varlen_bwd (torch.compile traces it). Dropout, softcap, ALiBi
+    and returned probabilities are refused."""
     _refuse_unsupported("flash_attn_varlen_func", dropout_p, softcap, alibi_slopes,
                         return_attn_probs)
     torch = _torch()
     for n, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             raise Fa2ShapeError(f"{n}: expected a 3-dim tensor [total, heads, head_dim]")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise Fa2Unsupported("flash_attn_varlen_func: the backward of packed batches is not "
-                             "supported yet; call it under torch.no_grad() or on tensors "
-                             "that do not require grad")
     # The dense checks, on [1, total, heads, d] views.
     q4, k4, v4 = (t.unsqueeze(0) if t.stride(-1) == 1 else t.contiguous().unsqueeze(0)
                   for t in (q, k, v))
@@ -1071,29 +1203,78 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _check_offsets("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
     if seqused_k is not None:
         _check_offsets("seqused_k", seqused_k, batch, q.device)
-    q3, k3, v3 = q4[0], k4[0], v4[0]
-    o = torch.empty(q3.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q.device) \
-        if return_lse else None
-    k_c, v_c = (q3 if t.shape[0] == 0 else t for t in (k3, v3))  # no key: q stands in
-    key = ("varlen", q.device.index, str(q.dtype), tuple(q3.shape), q3.stride(),
-           tuple(k3.shape), k_c.stride(), v_c.stride(), batch, int(max_seqlen_q),
-           int(max_seqlen_k), bool(causal), tuple(window_size), softmax_scale)
+    window_left, window_right = (int(w) for w in window_size)
+    o, lse = _custom_ops().varlen_fwd(
+        q4[0], k4[0], v4[0], cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
+        int(max_seqlen_k), bool(causal), window_left, window_right,
+        None if softmax_scale is None else float(softmax_scale), bool(deterministic))
+    return (o, lse) if return_lse else o
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
+                            softmax_scale=None, causal=False, window_size=(-1, -1),
+                            softcap=0.0, alibi_slopes=None, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, return_softmax_lse=False):
+    """Attention over a paged KV cache in the shape of flash_attn.flash_attn_with_kvcache
+    (forward only): q [batch, seqlen_q, heads_q, d]; k_cache / v_cache [num_pages,
+    page_size, heads_kv, d] (any page size); cache_seqlens int32 [batch], each sequence's
+    key count; block_table int32 [batch, pages_per_seq], each sequence's pages in order.
+    Causal masks and windows are bottom-right aligned (decode: the query rows are the
+    last of each sequence). Returns o like q (and the LSE float32 [heads_q, batch *
+    seqlen_q] with return_softmax_lse). Writing new keys into the cache (k, v), rotary
+    embeddings, softcap and ALiBi are refused."""
+    for name, arg in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
+                      ("rotary_sin", rotary_sin), ("alibi_slopes", alibi_slopes)):
+        if arg is not None:
+            raise Fa2ShapeError(f"flash_attn_with_kvcache: {name} is not supported (use None)")
+    if softcap:
+        raise Fa2ShapeError(f"flash_attn_with_kvcache: softcap={softcap!r} is not supported")
+    torch = _torch()
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise Fa2ShapeError("q: expected a 4-dim tensor [batch, seqlen_q, heads, head_dim]")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise Fa2ShapeError(f"{name}: expected [num_pages, page_size, heads_kv, head_dim]")
+    if k_cache.shape != v_cache.shape:
+        raise Fa2ShapeError(f"k_cache has shape {tuple(k_cache.shape)}, v_cache "
+                            f"{tuple(v_cache.shape)}: they must match")
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    q3 = (q if q.is_contiguous() else q.contiguous()).view(batch * seqlen_q, q.shape[2],
+                                                             q.shape[3])
+    _check_tensors(q3.unsqueeze(0), k_cache, v_cache)
+    _check_offsets("cache_seqlens", cache_seqlens, batch, q.device)
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or \
+            block_table.dim() != 2 or block_table.shape[0] != batch or \
+            not block_table.is_contiguous() or block_table.device != q.device:
+        raise Fa2ShapeError("block_table: expected a contiguous int32 [batch, pages_per_seq] "
+                            "tensor on q's device")
+    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+    pages_per_seq = block_table.shape[1]
+    cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32,
+                        device=q.device)
+    key = ("paged", q.device.index, str(q.dtype), tuple(q3.shape), tuple(k_cache.shape),
+           k_cache.stride(), v_cache.stride(), pages_per_seq, bool(causal),
+           tuple(window_size), softmax_scale)
     p = _plan_cache.get(key)
     if p is None:
         lib = library()
         problem = make_varlen_problem(
-            q.dtype, q3.shape[0], k3.shape[0], q3.shape[1], k3.shape[1], q3.shape[2],
-            batch=batch, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            q_strides=q3.stride()[:2], k_strides=k_c.stride()[:2],
-            v_strides=v_c.stride()[:2], o_strides=o.stride()[:2], causal=causal,
-            window=window_size, softmax_scale=softmax_scale, lib=lib)
+            q.dtype, q3.shape[0], 0, q3.shape[1], k_cache.shape[2], q3.shape[2], batch=batch,
+            max_seqlen_q=seqlen_q, max_seqlen_k=pages_per_seq * page_size,
+            k_strides=k_cache.stride()[1:3], v_strides=v_cache.stride()[1:3],
+            pages=(page_size, num_pages, pages_per_seq, k_cache.stride(0),
+                   v_cache.stride(0)),
+            causal=causal, window=window_size, softmax_scale=softmax_scale, lib=lib)
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:
                 _plan_cache.clear()
             _plan_cache[key] = p
+    o = torch.empty(q3.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q.device) \
+        if return_softmax_lse else None
     with torch.cuda.device(q.device):
-        p.forward_varlen(q3, k_c, v_c, o, cu_seqlens_q, cu_seqlens_k, lse, seqused_k,
+        p.forward_varlen(q3, k_cache, v_cache, o, cu_q, None, lse, cache_seqlens, block_table,
                          stream=torch.cuda.current_stream(q.device))
-    return (o, lse) if return_lse else o
+    o = o.view(q.shape)
+    return (o, lse) if return_softmax_lse else o

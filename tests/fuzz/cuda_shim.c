@@ -1,6 +1,7 @@
 /* FUZZ-ONLY SHIM — test code, never part of libfa2.
  *
- * Stands in for the two kernel launchers (kernels/fwd_launch.cu, bwd_launch.cu) and
+ * Stands in for the kernel launchers (kernels/fwd_launch.cu, bwd_launch.cu,
+ * cache_write.cu) and
  * the five CUDA runtime calls the host sources make (src/device.c, run_checks.c,
  * forward.c, backward.c), so that fuzz_plan links the real host C code without a GPU, nvcc
  * objects or libcudart. The harness sets what the fakes return and reads back what
@@ -28,6 +29,14 @@ int fa2_bwd_launch(const fa2_params_t *p, void *stream, int *outputs_queued)
     *outputs_queued = 0;
     g_shim.bwd_calls++;
     memcpy(&g_shim.bwd, p, sizeof *p);
+    return g_shim.launch_error;
+}
+
+int fa2_cache_write_launch(const fa2_cache_write_params_t *p, void *stream)
+{
+    (void)stream;
+    g_shim.cache_calls++;
+    memcpy(&g_shim.cache, p, sizeof *p);
     return g_shim.launch_error;
 }
 

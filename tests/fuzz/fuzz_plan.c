@@ -126,7 +126,13 @@ static int64_t rows_q(const fa2_problem_t *q)
 
 static int64_t rows_k(const fa2_problem_t *q)
 {
-    return q->total_q ? q->total_k : q->seqlen_k;
+    return !q->total_q ? q->seqlen_k : q->page_size ? q->page_size : q->total_k;
+}
+
+/* K and V's outer dimension: the batch, 1 for packed rows, the pages of a paged cache. */
+static int64_t batch_k(const fa2_problem_t *q)
+{
+    return q->total_q && q->page_size ? q->num_pages : layout_batch(q);
 }
 
 static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
@@ -171,13 +177,22 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(s >= 0 && s % 8 == 0);
     }
     /* a packed batch: rows within int32, at least the longest sequence, batch strides 0 */
-    if (q->total_q) {
+    CHECK(q->page_size == pr->page_size && q->num_pages == pr->num_pages &&
+          q->pages_per_seq == pr->pages_per_seq);
+    if (q->total_q && q->page_size) {
+        CHECK(q->total_q >= q->seqlen_q && q->total_q <= INT32_MAX && q->total_k == 0);
+        CHECK(q->page_size >= 1 && q->page_size <= FA2_MAX_SEQLEN);
+        CHECK(q->num_pages >= 1 && q->num_pages <= INT32_MAX);
+        CHECK(q->pages_per_seq * q->page_size >= q->seqlen_k && q->pages_per_seq <= INT32_MAX);
+        CHECK(!q->q_batch_stride && !q->o_batch_stride);
+    } else if (q->total_q) {
         CHECK(q->total_q >= q->seqlen_q && q->total_q <= INT32_MAX);
         CHECK(q->total_k >= q->seqlen_k && q->total_k <= INT32_MAX);
         CHECK(!q->q_batch_stride && !q->k_batch_stride && !q->v_batch_stride &&
               !q->o_batch_stride);
+        CHECK(!q->num_pages && !q->pages_per_seq);
     } else {
-        CHECK(q->total_k == 0);
+        CHECK(q->total_k == 0 && !q->page_size && !q->num_pages && !q->pages_per_seq);
     }
     /* O repeats no address: at least, no zero stride over a dimension of extent > 1 */
     CHECK(layout_batch(q) == 1 || q->o_batch_stride > 0);
@@ -204,8 +219,8 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
                                pl->bwd_status == FA2_ERROR_OVERLAP ||
                                pl->bwd_status == FA2_ERROR_UNSUPPORTED));
-    /* packed batches: forward only */
-    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) == (q->total_q != 0));
+    /* a paged cache: forward only */
+    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) == (q->page_size != 0));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
@@ -215,7 +230,7 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     /* at least D = rowsum(dO * O), fp32 per query row (plus scratch the kernels may add) */
     CHECK(pl->bwd_workspace_bytes >= 0);
     if (pl->bwd_supported) {
-        CHECK(pl->bwd_workspace_bytes >= q->batch * q->heads_q * q->seqlen_q * 4);
+        CHECK(pl->bwd_workspace_bytes >= layout_batch(q) * q->heads_q * rows_q(q) * 4);
         CHECK(pl->bwd_block_n > 0 && pl->bwd_block_n % 16 == 0);
         CHECK(pl->bwd_block_m > 0 && pl->bwd_block_m % 16 == 0);
         CHECK(pl->bwd_dq_block_m > 0 && pl->bwd_dq_block_m % 16 == 0);
@@ -225,12 +240,12 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
               ceil_div(q->seqlen_q, pl->bwd_dq_block_m) * q->heads_q * q->batch <= INT32_MAX);
         /* D, padded to 256 bytes, then the fp32 dQ accumulator when dQ goes by atomics */
         {
-            const int64_t d_bytes = q->batch * q->heads_q * q->seqlen_q * 4;
+            const int64_t d_bytes = layout_batch(q) * q->heads_q * rows_q(q) * 4;
             CHECK(pl->bwd_workspace_bytes ==
                   (d_bytes + 255) / 256 * 256 + (dq_kernel ? 0 : d_bytes * q->head_dim));
         }
         CHECK(ceil_div(q->seqlen_k, pl->bwd_block_n) * q->heads_kv * q->batch <= INT32_MAX);
-        CHECK(fa2_bwd_row_kernel_blocks(q->batch * q->heads_q * q->seqlen_q, q->head_dim) <=
+        CHECK(fa2_bwd_row_kernel_blocks(layout_batch(q) * q->heads_q * rows_q(q), q->head_dim) <=
               INT32_MAX);
     }
     /* !bwd_supported: fa2_backward must refuse the plan (fuzz_backward checks it) */
@@ -290,6 +305,8 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_params_t *p)
     CHECK(p->total_q == q->total_q && p->total_k == q->total_k);
     CHECK(p->stats_batch_stride == (q->total_q ? 0 : q->heads_q * q->seqlen_q));
     CHECK(p->stats_head_stride == (q->total_q ? q->total_q : q->seqlen_q));
+    CHECK(p->page_size == q->page_size && p->num_pages == q->num_pages &&
+          p->pages_per_seq == q->pages_per_seq);
 }
 
 /* [begin, end) of a tensor, in 128-bit arithmetic (an independent model of the
@@ -328,8 +345,8 @@ static int any_overlap(const span_t *out, int n_out, const span_t *in, int n_in)
 }
 
 #define SPAN_Q(p, q) span(p, layout_batch(q), rows_q(q), q->heads_q, q->head_dim, q->q_batch_stride, q->q_seq_stride, q->q_head_stride, 2)
-#define SPAN_K(p, q) span(p, layout_batch(q), rows_k(q), q->heads_kv, q->head_dim, q->k_batch_stride, q->k_seq_stride, q->k_head_stride, 2)
-#define SPAN_V(p, q) span(p, layout_batch(q), rows_k(q), q->heads_kv, q->head_dim, q->v_batch_stride, q->v_seq_stride, q->v_head_stride, 2)
+#define SPAN_K(p, q) span(p, batch_k(q), rows_k(q), q->heads_kv, q->head_dim, q->k_batch_stride, q->k_seq_stride, q->k_head_stride, 2)
+#define SPAN_V(p, q) span(p, batch_k(q), rows_k(q), q->heads_kv, q->head_dim, q->v_batch_stride, q->v_seq_stride, q->v_head_stride, 2)
 #define SPAN_O(p, q) span(p, layout_batch(q), rows_q(q), q->heads_q, q->head_dim, q->o_batch_stride, q->o_seq_stride, q->o_head_stride, 2)
 #define SPAN_LSE(p, q) span(p, 1, layout_batch(q) * q->heads_q * rows_q(q), 1, 1, 0, 1, 0, 4)
 
@@ -360,16 +377,24 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
     float *lse = fake_ptr(pb[4], 4);
     const int32_t *cu_q = varlen ? fake_ptr(pb[5], 5) : NULL,
                   *cu_k = varlen ? fake_ptr(pb[6], 6) : NULL,
-                  *used = varlen ? fake_ptr(pb[7], 7) : NULL;
+                  *used = varlen ? fake_ptr(pb[7], 7) : NULL,
+                  *pages = varlen ? fake_ptr(pb[8], 8) : NULL;
+    const int paged = pr->page_size != 0;
     fa2_status_t want = FA2_SUCCESS, got;
     int launches = 0;
-    if (!q || !k || !v || !o || (varlen && (!cu_q || !cu_k)))
+    if (!q || !k || !v || !o || (varlen && !cu_q))
         want = FA2_ERROR_NULL_POINTER;
     else if (!varlen != !pr->total_q)
         want = FA2_ERROR_UNSUPPORTED; /* the other entry point's plan */
+    else if (varlen && (paged ? !pages || !used : !cu_k))
+        want = FA2_ERROR_NULL_POINTER;
+    else if (varlen && !paged && pages)
+        want = FA2_ERROR_UNSUPPORTED; /* a page table for a plan without pages */
+    else if (misaligned(cu_q, 4) || (!paged && misaligned(cu_k, 4)) || misaligned(used, 4) ||
+             misaligned(pages, 4))
+        want = FA2_ERROR_MISALIGNED;
     else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
-             misaligned(o, 16) || misaligned(lse, 4) || misaligned(cu_q, 4) ||
-             misaligned(cu_k, 4) || misaligned(used, 4))
+             misaligned(o, 16) || misaligned(lse, 4))
         want = FA2_ERROR_MISALIGNED;
     else {
         const span_t out[2] = {SPAN_O(o, pr), SPAN_LSE(lse, pr)};
@@ -383,7 +408,8 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
         }
     }
     g_shim.fwd_calls = 0;
-    got = varlen ? fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, NULL, 0, NULL)
+    got = varlen ? fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, pages, NULL, 0,
+                                      NULL)
                  : fa2_forward(pl, q, k, v, o, lse, NULL, 0, NULL);
     CHECK(got == want);
     CHECK(g_shim.fwd_calls == launches);
@@ -393,16 +419,22 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
         CHECK(g_shim.fwd.kernel_family == pl->fwd_arch);
         CHECK(!g_shim.fwd.d_o && !g_shim.fwd.dq && !g_shim.fwd.dq_accum);
         CHECK(g_shim.fwd.q == q && g_shim.fwd.o == o && g_shim.fwd.lse == lse);
-        CHECK(g_shim.fwd.cu_seqlens_q == cu_q && g_shim.fwd.cu_seqlens_k == cu_k &&
-              g_shim.fwd.seqused_k == used);
+        CHECK(g_shim.fwd.cu_seqlens_q == cu_q && g_shim.fwd.seqused_k == used);
+        CHECK(g_shim.fwd.cu_seqlens_k == (paged ? NULL : cu_k));
+        CHECK(g_shim.fwd.page_table == (paged ? pages : NULL));
     }
 }
 
+/* fa2_backward (varlen = 0) or fa2_backward_varlen (varlen = 1; offsets from pb[0..2],
+ * the forward's pointer bytes). */
 static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_bytes,
-                          int launch_fails)
+                          int launch_fails, int varlen)
 {
     const fa2_problem_t *pr = &pl->problem;
     void *p[10];
+    const int32_t *cu_q = varlen ? fake_ptr(pb[0], 20) : NULL,
+                  *cu_k = varlen ? fake_ptr(pb[1], 21) : NULL,
+                  *used = varlen ? fake_ptr(pb[2], 22) : NULL;
     fa2_status_t want = FA2_SUCCESS, got;
     int any_null = 0, any_mis = 0, launches = 0;
     for (int i = 0; i < 10; ++i) {
@@ -410,8 +442,16 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         any_null |= i < 9 && p[i] == NULL;
         any_mis |= misaligned(p[i], i == 5 ? 4 : 16); /* lse: 4 bytes */
     }
-    if (any_null)
+    if (any_null || (varlen && !cu_q))
         want = FA2_ERROR_NULL_POINTER;
+    else if (pr->page_size)
+        want = FA2_ERROR_UNSUPPORTED; /* a paged cache has no backward */
+    else if (varlen && pr->total_q && !cu_k)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (!varlen != !pr->total_q)
+        want = FA2_ERROR_UNSUPPORTED; /* the other entry point's plan */
+    else if (misaligned(cu_q, 4) || misaligned(cu_k, 4) || misaligned(used, 4))
+        want = FA2_ERROR_MISALIGNED;
     else if (!pl->bwd_supported)
         want = (fa2_status_t)pl->bwd_status; /* the reason fa2_plan recorded */
     else if (any_mis)
@@ -432,8 +472,11 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         }
     }
     g_shim.bwd_calls = 0;
-    got = fa2_backward(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5], p[6], p[7],
-                       p[8], p[9], (size_t)ws_bytes, NULL);
+    got = varlen ? fa2_backward_varlen(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5],
+                                       p[6], p[7], p[8], cu_q, cu_k, used, p[9],
+                                       (size_t)ws_bytes, NULL)
+                 : fa2_backward(pl, p[0], p[1], p[2], p[3], p[4], (const float *)p[5], p[6],
+                                p[7], p[8], p[9], (size_t)ws_bytes, NULL);
     CHECK(got == want);
     CHECK(g_shim.bwd_calls == launches);
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
@@ -442,6 +485,66 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         CHECK(g_shim.bwd.dq == p[6] && g_shim.bwd.dk == p[7] && g_shim.bwd.dv == p[8]);
         CHECK(g_shim.bwd.d_sum == p[9] && g_shim.bwd.lse == p[5]);
         CHECK(g_shim.bwd.kernel_family == pl->bwd_arch);
+        CHECK(g_shim.bwd.cu_seqlens_q == cu_q && g_shim.bwd.cu_seqlens_k == cu_k &&
+              g_shim.bwd.seqused_k == used);
+    }
+}
+
+/* fa2_cache_write: pointers from pb[0..4] (k_new, v_new, slots, k_cache, v_cache),
+ * n_tokens and the row stride from the input's workspace bytes. */
+static void fuzz_cache_write(const fa2_plan_t *pl, const uint8_t *pb, uint64_t bits,
+                             int launch_fails)
+{
+    const fa2_problem_t *pr = &pl->problem;
+    void *k_new = fake_ptr(pb[0], 30), *v_new = fake_ptr(pb[1], 31),
+         *k_cache = fake_ptr(pb[3], 33), *v_cache = fake_ptr(pb[4], 34);
+    const int32_t *slots = fake_ptr(pb[2], 32);
+    const int64_t n_tokens = (int64_t)(int32_t)(bits & 0xFFFFFFFF) >> 20; /* small, or < 0 */
+    const int64_t stride = pr->heads_kv * pr->head_dim + 8 * (int64_t)((bits >> 32) % 3) -
+                           ((bits >> 34) & 1 ? 4 : 0);
+    fa2_status_t want = FA2_SUCCESS, got;
+    int launches = 0;
+    if (!k_new || !v_new || !slots || !k_cache || !v_cache)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (!pr->page_size)
+        want = FA2_ERROR_UNSUPPORTED;
+    else if (n_tokens < 0 ||
+             n_tokens * pr->heads_kv > (int64_t)INT32_MAX * 256 / (pr->head_dim / 8))
+        want = FA2_ERROR_INVALID_SIZE;
+    else if (stride < pr->heads_kv * pr->head_dim || stride % 8)
+        want = FA2_ERROR_BAD_STRIDE;
+    else if (misaligned(k_new, 16) || misaligned(v_new, 16) || misaligned(slots, 4) ||
+             misaligned(k_cache, 16) || misaligned(v_cache, 16))
+        want = FA2_ERROR_MISALIGNED;
+    else if (n_tokens > 0 && ((__int128)(n_tokens - 1) * stride + pr->heads_kv * pr->head_dim) *
+                                     2 > INT64_MAX)
+        want = FA2_ERROR_SIZE_OVERFLOW;
+    else if (n_tokens > 0) {
+        const __int128 new_bytes = ((__int128)(n_tokens - 1) * stride +
+                                    pr->heads_kv * pr->head_dim) * 2;
+        const span_t out[2] = {SPAN_K(k_cache, pr), SPAN_V(v_cache, pr)};
+        const span_t in[3] = {{(uintptr_t)k_new, (uintptr_t)k_new + new_bytes},
+                              {(uintptr_t)v_new, (uintptr_t)v_new + new_bytes},
+                              {(uintptr_t)slots, (uintptr_t)slots + (__int128)n_tokens * 4}};
+        if (any_overlap(out, 2, in, 3))
+            want = FA2_ERROR_OVERLAP;
+        else if ((want = device_status(pl, 0)) == FA2_SUCCESS) {
+            launches = 1;
+            if (launch_fails)
+                want = FA2_ERROR_CUDA;
+        }
+    }
+    g_shim.cache_calls = 0;
+    got = fa2_cache_write(pl, k_new, v_new, n_tokens, stride, slots, k_cache, v_cache, NULL);
+    CHECK(got == want);
+    CHECK(g_shim.cache_calls == launches);
+    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
+    if (launches) {
+        const fa2_cache_write_params_t *c = &g_shim.cache;
+        CHECK(c->n_tokens == n_tokens && c->new_row_stride == stride && c->slot_mapping == slots);
+        CHECK(c->slots == pr->num_pages * pr->page_size && c->page_size == pr->page_size);
+        CHECK(c->page_stride_k == pr->k_batch_stride && c->row_stride_k == pr->k_seq_stride);
+        CHECK(c->heads_kv == pr->heads_kv && c->head_dim == pr->head_dim);
     }
 }
 
@@ -529,9 +632,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const fa2_device_info_t h200 = {sizeof(fa2_device_info_t), 9, 0, 132, 0, 232448,
                                         233472};
         fa2_problem_init(&base, FA2_DTYPE_BF16, 2, 100, 130, 8, 2, 64);
-        if (pr.total_q) /* a packed problem: its batch strides start at 0 */
-            base.q_batch_stride = base.k_batch_stride = base.v_batch_stride =
-                base.o_batch_stride = 0;
+        if (pr.total_q) { /* a packed problem: its batch strides start at 0 */
+            base.q_batch_stride = base.o_batch_stride = 0;
+            if (!pr.page_size) /* paged K/V keep theirs as page strides */
+                base.k_batch_stride = base.v_batch_stride = 0;
+        }
         xor_bytes(&base, &pr, sizeof pr);
         pr = base;
         fa2_device_info_t d = h200;
@@ -565,7 +670,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_plan(&pr, &dev, &plan);
         fuzz_forward(&plan, ptrs, flags & 8, 0);
         fuzz_forward(&plan, ptrs, flags & 8, 1);
-        fuzz_backward(&plan, ptrs, ws_bytes, flags & 8);
+        fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 0);
+        fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 1);
+        fuzz_cache_write(&plan, ptrs, ws_bytes, flags & 8);
         fuzz_edited_plan(&plan, edits);
     }
     /* the NULL arguments, whatever the input */

@@ -6,16 +6,17 @@
 
 typedef struct fuzz_shim_t {
     /* what the fakes return */
-    int launch_error;   /* fa2_fwd_launch / fa2_bwd_launch (a cudaError_t value) */
+    int launch_error;   /* the launchers' status (a cudaError_t value) */
     int count_error;    /* cudaGetDeviceCount */
     int device_count;
     int attr_error;     /* cudaDeviceGetAttribute */
     int device_error;   /* cudaGetDevice */
     int attr[5];        /* cc major, cc minor, SMs, smem optin, smem per SM */
     /* what the launchers saw */
-    int fwd_calls, bwd_calls;
+    int fwd_calls, bwd_calls, cache_calls;
     fa2_params_t fwd;
     fa2_params_t bwd;
+    fa2_cache_write_params_t cache;
 } fuzz_shim_t;
 
 extern fuzz_shim_t g_shim;

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Packed variable-length batches and paged KV caches, timed side by side on one GPU
+(the acceptance figures of the inference issue), bf16, d = 128, GQA 32:8, causal:
+
+  varlen    8 to 64 sequences of random lengths 128..8k: libfa2's fa2_forward_varlen
+            against PyTorch's own FlashAttention-2 varlen kernel
+            (torch.ops.aten._flash_attention_forward with cum_seq_q / cum_seq_k);
+  equal     the same number of sequences, all of one length: varlen against libfa2's
+            dense kernel on the same work;
+  paged     a batch over a paged cache (page sizes 16 and 64, shuffled pages) against
+            the same batch with contiguous packed K/V.
+
+Inputs are made with torch; times are medians of CUDA-event-timed calls (sdpa_compare's
+time_ms). Prints a table, optionally writes CSV.
+
+    python3 bench/varlen_compare.py --lib build/libfa2.so [--csv out.csv] [--seed 0]
+"""
+import argparse
+import os
+import random
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdpa_compare import fa2lib, time_ms  # noqa: E402
+
+HQ, HKV, D = 32, 8, 128
+
+
+def causal_flops(lens):
+    """Forward FLOPs of causal attention over sequences of these lengths, counted as
+    sdpa_compare does: half of 4 * s^2 * d per head."""
+    return sum(2 * s * s * D * HQ for s in lens)
+
+
+def packed_inputs(lens, dt):
+    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], dtype=torch.int32,
+                      device="cuda")
+    total = int(cu[-1])
+    q = torch.randn(total, HQ, D, device="cuda", dtype=dt)
+    k = torch.randn(total, HKV, D, device="cuda", dtype=dt)
+    v = torch.randn_like(k)
+    return cu, q, k, v
+
+
+class Varlen:
+    """A planned fa2_forward_varlen on packed (or paged) tensors."""
+
+    def __init__(self, lib, q, k, lens, pages=None):
+        problem = fa2lib.make_varlen_problem(
+            q.dtype, q.shape[0], 0 if pages else k.shape[0], HQ, HKV, D, batch=len(lens),
+            max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=True, pages=pages, lib=lib)
+        self.plan = lib.plan(problem, torch.cuda.current_device())
+
+    def __call__(self, q, k, v, o, cu_q, cu_k, used=None, table=None):
+        self.plan.forward_varlen(q, k, v, o, cu_q, cu_k, None, used, table,
+                                 stream=torch.cuda.current_stream().cuda_stream)
+
+
+def torch_varlen(q, k, v, cu, max_len):
+    return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, True,
+                                                   False)
+
+
+def row(name, fl, times):
+    tf = {k: fl / (ms * 1e-3) / 1e12 for k, ms in times.items()}
+    base = [k for k in times if k != "fa2"][0]
+    print(f"{name:44} " + "  ".join(f"{k} {v:7.1f}" for k, v in tf.items()) +
+          f"   fa2/{base} {tf['fa2'] / tf[base]:5.3f}", flush=True)
+    return dict(case=name, **{f"{k}_tflops": v for k, v in tf.items()},
+                ratio=tf["fa2"] / tf[base])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
+    ap.add_argument("--csv")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    lib = fa2lib.load_library(args.lib)
+    rng = random.Random(args.seed)
+    torch.manual_seed(args.seed)
+    dt = torch.bfloat16
+    rows = []
+    print(f"libfa2 {lib.build_info()}; bf16 d={D} GQA {HQ}:{HKV} causal; TFLOP/s")
+
+    for n in (8, 16, 32, 64):  # varlen against PyTorch's FlashAttention-2 varlen
+        lens = [rng.randint(128, 8192) for _ in range(n)]
+        cu, q, k, v = packed_inputs(lens, dt)
+        o = torch.empty_like(q)
+        fa2 = Varlen(lib, q, k, lens)
+        times = {"fa2": time_ms(lambda: fa2(q, k, v, o, cu, cu), [()])}
+        try:
+            times["torch"] = time_ms(lambda: torch_varlen(q, k, v, cu, max(lens)), [()])
+        except (RuntimeError, TypeError) as e:
+            print(f"  torch varlen unavailable: {e}")
+            times["torch"] = float("nan")
+        rows.append(row(f"varlen {n} seqs, lengths 128..8k", causal_flops(lens), times))
+
+    for n, s in ((8, 2048), (16, 4096), (4, 8192)):  # varlen against dense, equal lengths
+        lens = [s] * n
+        cu, q, k, v = packed_inputs(lens, dt)
+        o = torch.empty_like(q)
+        fa2 = Varlen(lib, q, k, lens)
+        q4, k4, v4, o4 = (t.view(n, s, *t.shape[1:]) for t in (q, k, v, o))
+        problem = fa2lib.make_problem(dt, q4.shape, k4.shape, causal=True, lib=lib)
+        dense = lib.plan(problem, torch.cuda.current_device())
+        stream = torch.cuda.current_stream().cuda_stream
+        times = {"fa2": time_ms(lambda: fa2(q, k, v, o, cu, cu), [()]),
+                 "dense": time_ms(lambda: dense.forward(q4, k4, v4, o4, stream=stream), [()])}
+        rows.append(row(f"equal {n} x {s}: varlen over dense", causal_flops(lens), times))
+
+    for page in (16, 64):  # paged against contiguous packed K/V
+        lens = [rng.randint(512, 8192) for _ in range(16)]
+        cu, q, k, v = packed_inputs(lens, dt)
+        o = torch.empty_like(q)
+        per_seq = max((x + page - 1) // page for x in lens)
+        num_pages = len(lens) * per_seq
+        perm = torch.randperm(num_pages, device="cuda")
+        table = perm.view(len(lens), per_seq).to(torch.int32).contiguous()
+        k_cache = torch.empty(num_pages, page, HKV, D, device="cuda", dtype=dt)
+        v_cache = torch.empty_like(k_cache)
+        for b, x in enumerate(lens):  # the same keys, scattered into the pages
+            keys = torch.arange(x, device="cuda")
+            slots = table[b][keys // page].long()
+            k_cache[slots, keys % page] = k[int(cu[b]):int(cu[b]) + x]
+            v_cache[slots, keys % page] = v[int(cu[b]):int(cu[b]) + x]
+        used = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        stride = k_cache.stride(0)
+        paged = Varlen(lib, q, k_cache, lens, pages=(page, num_pages, per_seq, stride, stride))
+        packed = Varlen(lib, q, k, lens)
+        o2 = torch.empty_like(q)
+        paged(q, k_cache, v_cache, o, cu, None, used, table)
+        packed(q, k, v, o2, cu, cu)
+        err = ((o.float() - o2.float()).norm() / o2.float().norm()).item()
+        times = {"fa2": time_ms(lambda: paged(q, k_cache, v_cache, o, cu, None, used, table),
+                                [()]),
+                 "contiguous": time_ms(lambda: packed(q, k, v, o2, cu, cu), [()])}
+        r = row(f"paged, page {page}, 16 seqs 512..8k (diff {err:.0e})",
+                causal_flops(lens), times)
+        rows.append(r)
+
+    if args.csv:
+        with open(args.csv, "w") as f:
+            keys = sorted({k for r in rows for k in r})
+            f.write(",".join(keys) + "\n")
+            for r in rows:
+                f.write(",".join(str(r.get(k, "")) for k in keys) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

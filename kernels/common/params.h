@@ -44,7 +44,7 @@ typedef struct fa2_params_t {
     int32_t page_size;
     int32_t pages_per_seq;
     int32_t num_pages;
-    int32_t reserved_paged;
+    uint32_t page_div_magic; /* fa2_fast_div_magic(page_size) */
 
     int32_t batch;
     int32_t heads_q;

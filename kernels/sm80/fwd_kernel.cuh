@@ -18,17 +18,21 @@
 
 namespace fa2 {
 
+// The page ids a thread's copies of a K/V tile need (paged caches).
+template <typename Tr>
+using FwdTilePages = TilePages<Tr::kBlockN * Tr::kLoadChunks / Tr::kThreads>;
+
 // Keys key_first.. of K (kV = false) or V into a tile: rows past the sequence's keys
-// zero-filled; a paged cache's rows each from its page.
+// zero-filled; a paged cache's rows each from its page (ids in `pages`).
 template <typename Tr, int kMode, bool kV>
 __device__ __forceinline__ void load_kv(uint32_t smem, const fa2_params_t &p,
-                                        const Sequence &seq, int kv_head, int key_first, int tid)
+                                        const Sequence &seq, int kv_head, int key_first,
+                                        const FwdTilePages<Tr> &pages, int tid)
 {
     using Elem = typename Tr::Elem;
     if constexpr (kMode == kPagedSeq) {
-        load_tile_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            smem, paged_rows<Elem, kV>(p, seq, kv_head),
-            key_first, seq.seqlen_k - key_first, p.head_dim, tid);
+        load_tile_paged<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
+            smem, paged_rows<Elem, kV>(p, seq, kv_head), pages, key_first, p.head_dim, tid);
     } else {
         const Elem *rows =
             kV ? v_row<Elem>(p, seq, kv_head, key_first) : k_row<Elem>(p, seq, kv_head, key_first);
@@ -36,6 +40,18 @@ __device__ __forceinline__ void load_kv(uint32_t smem, const fa2_params_t &p,
             smem, rows, kV ? p.v_seq_stride : p.k_seq_stride, seq.seqlen_k - key_first,
             p.head_dim, tid);
     }
+}
+
+// Paged: the page ids of the K/V tile at key_first for this thread's copies.
+template <typename Tr, int kMode>
+__device__ __forceinline__ void fetch_kv_pages(FwdTilePages<Tr> &pages, const fa2_params_t &p,
+                                               const Sequence &seq, int kv_head, int key_first,
+                                               int tid)
+{
+    if constexpr (kMode == kPagedSeq)
+        pages.fetch(paged_rows<typename Tr::Elem, false>(p, seq, kv_head), key_first,
+                    seq.seqlen_k - key_first,
+                    [tid](int i) { return tile_copy_row<Tr::kLoadChunks, Tr::kThreads>(tid, i); });
 }
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
@@ -67,21 +83,37 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
             seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        load_kv<Tr, kMode, false>(k_smem[0], p, seq, kv_head, n_block * Tr::kBlockN, tid);
+        // Paged: the page ids of the next K tile and of the V tile, fetched a tile ahead.
+        [[maybe_unused]] FwdTilePages<Tr> k_pages, v_pages;
+        // After K(key_first)'s copies: V(key_first) takes its ids, the next K tile's fetched.
+        auto advance_pages = [&, seq = seq, kv_head = kv_head,
+                              keys_min = n_block_min * Tr::kBlockN](int key_first) {
+            if constexpr (kMode == kPagedSeq) {
+                v_pages = k_pages;
+                if (key_first - Tr::kBlockN >= keys_min)
+                    fetch_kv_pages<Tr, kMode>(k_pages, p, seq, kv_head, key_first - Tr::kBlockN,
+                                              tid);
+            }
+        };
+        fetch_kv_pages<Tr, kMode>(k_pages, p, seq, kv_head, n_block * Tr::kBlockN, tid);
+        load_kv<Tr, kMode, false>(k_smem[0], p, seq, kv_head, n_block * Tr::kBlockN, k_pages,
+                                  tid);
         cp_async_commit();
+        advance_pages(n_block * Tr::kBlockN);
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
             cp_async_wait<0>();  // K(n_block), and Q on the first pass
             __syncthreads();     // ...visible to all; every warp is done with V and K(other)
-            load_kv<Tr, kMode, true>(v_smem, p, seq, kv_head, key_first, tid);
+            load_kv<Tr, kMode, true>(v_smem, p, seq, kv_head, key_first, v_pages, tid);
             cp_async_commit();
             const bool prefetch = n_block > n_block_min;
             if (prefetch) {
                 const int next_first = key_first - Tr::kBlockN;
                 load_kv<Tr, kMode, false>(k_smem[(it + 1) & 1], p, seq, kv_head, next_first,
-                                          tid);
+                                          k_pages, tid);
                 cp_async_commit();
+                advance_pages(next_first);
             }
 
             float s[Tr::kMTiles][Tr::kNTiles][4];

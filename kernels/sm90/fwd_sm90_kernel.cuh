@@ -71,11 +71,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
+    // Paged: the page ids of the next K tile's rows and of the V tile's, a tile ahead.
+    using Pages = TilePages<Tr::kBlockN * Tr::kLoadChunks / Tr::kThreads>;
+    [[maybe_unused]] Pages k_pages, v_pages;
+    auto fetch_pages = [&, seq = seq, kv_head = kv_head](Pages &pages, int key_first) {
+        if constexpr (kMode == kPagedSeq)
+            pages.fetch(paged_rows<Elem, false>(p, seq, kv_head), key_first,
+                        seq.seqlen_k - key_first, [tid](int i) {
+                            return panel_copy_row<Tr::kLoadChunks, Tr::kThreads>(tid, i);
+                        });
+    };
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode == kPagedSeq)
-            load_panels_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, paged_rows<Elem, false>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
-                p.head_dim, tid);
+            load_panels_paged<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+                dst, paged_rows<Elem, false>(p, seq, kv_head), k_pages, key_first, p.head_dim,
+                tid);
         else
             load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
                 dst, k_row<Elem>(p, seq, kv_head, key_first), p.k_seq_stride,
@@ -83,13 +93,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     };
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode == kPagedSeq)
-            load_panels_rows<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, paged_rows<Elem, true>(p, seq, kv_head), key_first, seq.seqlen_k - key_first,
-                p.head_dim, tid);
+            load_panels_paged<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
+                dst, paged_rows<Elem, true>(p, seq, kv_head), v_pages, key_first, p.head_dim,
+                tid);
         else
             load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
                 dst, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
                 seq.seqlen_k - key_first, p.head_dim, tid);
+    };
+    // After K(key_first)'s copies: V(key_first) takes its ids, the next K tile's fetched.
+    auto advance_pages = [&, keys_min = n_block_min * Tr::kBlockN](int key_first) {
+        if constexpr (kMode == kPagedSeq) {
+            v_pages = k_pages;
+            if (key_first - Tr::kBlockN >= keys_min)
+                fetch_pages(k_pages, key_first - Tr::kBlockN);
+        }
     };
 
     float o[1][Tr::kDTiles][4];
@@ -103,8 +121,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
+        fetch_pages(k_pages, n_block * Tr::kBlockN);
         load_k(k_smem, n_block * Tr::kBlockN);
         cp_async_commit();
+        advance_pages(n_block * Tr::kBlockN);
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
@@ -117,6 +137,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             if (prefetch) {
                 load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN);
                 cp_async_commit();
+                advance_pages(key_first - Tr::kBlockN);
             }
 
             float s[1][Tr::kNTiles][4];

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/ptx.cuh"
+#include "common/seqinfo.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA2_SM90A 1
@@ -127,27 +128,36 @@ __device__ __forceinline__ void load_panels(uint32_t smem, const Elem *gmem, int
     }
 }
 
+// The tile row of thread `tid`'s i-th copy in load_panels_paged.
+template <int kChunks, int kThreads>
+__device__ __forceinline__ int panel_copy_row(int tid, int i)
+{
+    return tid / kChunks + i * (kThreads / kChunks);
+}
+
 // load_panels for key rows key_first.. of a paged K or V (PagedRows in
-// common/seqinfo.cuh): each row's address from its page; rows >= rows_valid, columns >=
-// cols_valid and rows whose page id is out of range are zero-filled.
-template <typename Elem, int kRows, int kChunks, int kThreads, typename Rows>
-__device__ __forceinline__ void load_panels_rows(uint32_t smem, const Rows &rows, int key_first,
-                                                 int rows_valid, int cols_valid, int tid)
+// common/seqinfo.cuh), given the page ids of this thread's rows (fetched a tile ahead
+// with panel_copy_row): rows with id -1 and columns >= cols_valid are zero-filled.
+template <typename Elem, int kRows, int kChunks, int kThreads>
+__device__ __forceinline__ void load_panels_paged(
+    uint32_t smem, const PagedRows<Elem> &rows,
+    const TilePages<kRows * kChunks / kThreads> &pages, int key_first, int cols_valid, int tid)
 {
     static_assert(kRows * kChunks % kThreads == 0, "tile splits evenly over threads");
     static_assert(kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0,
                   "each thread keeps one chunk column, stepping whole swizzle atoms");
     constexpr int kPerThread = kRows * kChunks / kThreads;
     constexpr int kRowStep = kThreads / kChunks;
-    const int row0 = tid / kChunks;
     const int chunk = tid % kChunks;
     const bool col_valid = chunk * 8 < cols_valid;
-    const uint32_t dst = smem + panel_offset<kRows>(row0, chunk);
+    const uint32_t dst = smem + panel_offset<kRows>(tid / kChunks, chunk);
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-        const int row = row0 + i * kRowStep;
-        const Elem *src = col_valid && row < rows_valid ? rows.row(key_first + row) : nullptr;
-        cp_async_16(dst + i * kRowStep * 128, src ? src + chunk * 8 : rows.head, src != nullptr);
+        const int page = pages.id[i];
+        const bool valid = col_valid && page >= 0;
+        const int key = key_first + panel_copy_row<kChunks, kThreads>(tid, i);
+        cp_async_16(dst + i * kRowStep * 128, valid ? rows.row_in(page, key) + chunk * 8 : rows.head,
+                    valid);
     }
 }
 

@@ -9,15 +9,13 @@
 //   - a packed variable-length batch (p.cu_seqlens_q set): the batch strides are 0 and
 //     sequence b's rows start at cu_seqlens_q[b] / cu_seqlens_k[b], its lengths from the
 //     offsets (or seqused_k); p.seqlen_q / p.seqlen_k are then the planned maxima;
-//   - a paged KV cache (kPagedSeq): PagedRows finds each key row in its page, and the
-//     K/V tile loads take it and the tile's page ids (TilePages) instead of a row
-//     pointer and stride;
+//   - a paged KV cache (kPagedSeq): common/paged_tile.cuh finds each key row in its
+//     page and loads K/V tiles from there;
 //   - split-KV: a block's key range is a slice of the sequence's, set by the caller.
 #pragma once
 
 #include <stdint.h>
 
-#include "common/fast_div.h"
 #include "common/params.h"
 
 namespace fa2 {
@@ -129,69 +127,6 @@ __device__ __forceinline__ Elem *dv_row(const fa2_params_t &p, const Sequence &s
     return static_cast<Elem *>(p.dv) + s.batch * p.v_batch_stride + kv_head * p.v_head_stride +
            (s.k_start + row) * p.v_seq_stride;
 }
-
-// The key rows of one (sequence, kv head) in a paged K or V. A tile load looks its rows'
-// pages up a tile ahead (page_of, into registers), so that its copies wait for no
-// page-table read, then addresses each row from its page (row_in).
-template <typename Elem>
-struct PagedRows {
-    const Elem *head;       // page 0, row 0 of this kv head
-    const int32_t *pages;   // the sequence's page-table row
-    int64_t page_stride, row_stride;
-    int page_size, num_pages;
-    uint32_t div_magic;     // key / page_size as a multiply (common/fast_div.h)
-    int div_shift;
-
-    __device__ __forceinline__ int page_index(int key) const
-    {
-        return static_cast<int>(fa2_fast_div(static_cast<uint32_t>(key), div_magic, div_shift));
-    }
-
-    // The page id of key `key`, or -1 when it is out of [0, num_pages).
-    __device__ __forceinline__ int page_of(int key) const
-    {
-        const int page = __ldg(pages + page_index(key));
-        return static_cast<unsigned>(page) < static_cast<unsigned>(num_pages) ? page : -1;
-    }
-
-    // The address of key `key`'s head_dim values, given its page id.
-    __device__ __forceinline__ const Elem *row_in(int page, int key) const
-    {
-        return head + page * page_stride + (key - page_index(key) * page_size) * row_stride;
-    }
-};
-
-// The rows of K (kV = false) or V for one (sequence, kv head) of a paged cache.
-template <typename Elem, bool kV>
-__device__ __forceinline__ PagedRows<Elem> paged_rows(const fa2_params_t &p, const Sequence &s,
-                                                      int kv_head)
-{
-    return {static_cast<const Elem *>(kV ? p.v : p.k) +
-                kv_head * (kV ? p.v_head_stride : p.k_head_stride),
-            p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq,
-            kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_seq_stride : p.k_seq_stride,
-            p.page_size, p.num_pages, p.page_div_magic,
-            fa2_fast_div_shift(static_cast<uint32_t>(p.page_size))};
-}
-
-// The page ids of the kPerThread rows one thread copies in a K/V tile (the same for K
-// and V): row_of(i) is the tile row of its i-th copy; -1 for rows >= rows_valid and
-// page ids out of range. Fetched one tile ahead of the copies.
-template <int kPerThread>
-struct TilePages {
-    int id[kPerThread];
-
-    template <typename Elem, typename RowOf>
-    __device__ __forceinline__ void fetch(const PagedRows<Elem> &rows, int key_first,
-                                          int rows_valid, RowOf row_of)
-    {
-#pragma unroll
-        for (int i = 0; i < kPerThread; ++i) {
-            const int row = row_of(i);
-            id[i] = row < rows_valid ? rows.page_of(key_first + row) : -1;
-        }
-    }
-};
 
 // Index of query row 0 of (sequence, head) in the per-row statistics: LSE and D (one
 // float per row), the dQ accumulator (head_dim floats per row). Dense: [batch, heads_q,

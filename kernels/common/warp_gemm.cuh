@@ -12,7 +12,6 @@
 #include <stdint.h>
 
 #include "common/ptx.cuh"
-#include "common/seqinfo.cuh"
 
 namespace fa2 {
 
@@ -186,34 +185,6 @@ __device__ __forceinline__ void fill_scale(float (&scale)[kM][2], float value)
 {
 #pragma unroll
     for (int m = 0; m < kM; ++m) scale[m][0] = scale[m][1] = value;
-}
-
-// The tile row of thread `tid`'s i-th copy in load_tile_paged.
-template <int kChunks, int kThreads>
-__device__ __forceinline__ int tile_copy_row(int tid, int i)
-{
-    return (tid + i * kThreads) / kChunks;
-}
-
-// load_tile for key rows key_first.. of a paged K or V (common/seqinfo.cuh PagedRows),
-// given the page ids of this thread's rows (fetched a tile ahead with tile_copy_row):
-// rows with id -1 and columns >= cols_valid are zero-filled.
-template <typename Elem, int kRows, int kChunks, int kRowBytes, int kThreads>
-__device__ __forceinline__ void load_tile_paged(uint32_t smem, const PagedRows<Elem> &rows,
-                                                const TilePages<kRows * kChunks / kThreads> &pages,
-                                                int key_first, int cols_valid, int tid)
-{
-    static_assert(kRows * kChunks % kThreads == 0, "tile splits evenly over threads");
-    constexpr int kPerThread = kRows * kChunks / kThreads;
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-        const int row = tile_copy_row<kChunks, kThreads>(tid, i);
-        const int chunk = (tid + i * kThreads) % kChunks;
-        const int page = pages.id[i];
-        const bool valid = page >= 0 && chunk * 8 < cols_valid;
-        cp_async_16(smem + swizzled<kRowBytes>(row, chunk),
-                    valid ? rows.row_in(page, key_first + row) + chunk * 8 : rows.head, valid);
-    }
 }
 
 // Copies rows [0, kRows) of a tile starting at `gmem` (row stride `row_stride`

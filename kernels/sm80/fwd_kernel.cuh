@@ -9,6 +9,7 @@
 
 #include "common/epilogue.cuh"
 #include "common/mask.cuh"
+#include "common/paged_tile.cuh"
 #include "common/params.h"
 #include "sm80/fwd_traits.cuh"
 #include "common/ptx.cuh"
@@ -18,21 +19,22 @@
 
 namespace fa2 {
 
-// The page ids a thread's copies of a K/V tile need (paged caches).
+// Who looks up which rows of a paged K/V tile (common/paged_tile.cuh).
 template <typename Tr>
-using FwdTilePages = TilePages<Tr::kBlockN * Tr::kLoadChunks / Tr::kThreads>;
+using FwdPagedShape = PagedTileShape<Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>;
 
 // Keys key_first.. of K (kV = false) or V into a tile: rows past the sequence's keys
-// zero-filled; a paged cache's rows each from its page (ids in `pages`).
+// zero-filled; a paged cache's rows each from its page (this lane's page id: lane_page).
 template <typename Tr, int kMode, bool kV>
 __device__ __forceinline__ void load_kv(uint32_t smem, const fa2_params_t &p,
                                         const Sequence &seq, int kv_head, int key_first,
-                                        const FwdTilePages<Tr> &pages, int tid)
+                                        int lane_page, int tid)
 {
     using Elem = typename Tr::Elem;
     if constexpr (kMode == kPagedSeq) {
-        load_tile_paged<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
-            smem, paged_rows<Elem, kV>(p, seq, kv_head), pages, key_first, p.head_dim, tid);
+        load_paged_tile<FwdPagedShape<Tr>>(
+            smem, paged_rows<Elem, kV>(p, seq, kv_head), lane_page, key_first, p.head_dim, tid,
+            [](int row, int chunk) { return swizzled<Tr::kRowBytes>(row, chunk); });
     } else {
         const Elem *rows =
             kV ? v_row<Elem>(p, seq, kv_head, key_first) : k_row<Elem>(p, seq, kv_head, key_first);
@@ -42,16 +44,13 @@ __device__ __forceinline__ void load_kv(uint32_t smem, const fa2_params_t &p,
     }
 }
 
-// Paged: the page ids of the K/V tile at key_first for this thread's copies.
-template <typename Tr, int kMode>
-__device__ __forceinline__ void fetch_kv_pages(FwdTilePages<Tr> &pages, const fa2_params_t &p,
-                                               const Sequence &seq, int kv_head, int key_first,
-                                               int tid)
+// Paged: this lane's page id for the K/V tile at key_first.
+template <typename Tr>
+__device__ __forceinline__ int fetch_kv_page(const fa2_params_t &p, const Sequence &seq,
+                                             int kv_head, int key_first, int tid)
 {
-    if constexpr (kMode == kPagedSeq)
-        pages.fetch(paged_rows<typename Tr::Elem, false>(p, seq, kv_head), key_first,
-                    seq.seqlen_k - key_first,
-                    [tid](int i) { return tile_copy_row<Tr::kLoadChunks, Tr::kThreads>(tid, i); });
+    return fetch_tile_page<FwdPagedShape<Tr>>(paged_rows<typename Tr::Elem, false>(p, seq, kv_head),
+                                              key_first, seq.seqlen_k - key_first, tid);
 }
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
@@ -83,20 +82,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
             seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        // Paged: the page ids of the next K tile and of the V tile, fetched a tile ahead.
-        [[maybe_unused]] FwdTilePages<Tr> k_pages, v_pages;
-        // After K(key_first)'s copies: V(key_first) takes its ids, the next K tile's fetched.
+        // Paged: this lane's page ids for the next K tile and for the V tile, a tile ahead.
+        [[maybe_unused]] int k_page = -1, v_page = -1;
+        // After K(key_first)'s copies: V(key_first) takes its page, the next K tile's fetched.
         auto advance_pages = [&, seq = seq, kv_head = kv_head,
                               keys_min = n_block_min * Tr::kBlockN](int key_first) {
             if constexpr (kMode == kPagedSeq) {
-                v_pages = k_pages;
+                v_page = k_page;
                 if (key_first - Tr::kBlockN >= keys_min)
-                    fetch_kv_pages<Tr, kMode>(k_pages, p, seq, kv_head, key_first - Tr::kBlockN,
-                                              tid);
+                    k_page = fetch_kv_page<Tr>(p, seq, kv_head, key_first - Tr::kBlockN, tid);
             }
         };
-        fetch_kv_pages<Tr, kMode>(k_pages, p, seq, kv_head, n_block * Tr::kBlockN, tid);
-        load_kv<Tr, kMode, false>(k_smem[0], p, seq, kv_head, n_block * Tr::kBlockN, k_pages,
+        if constexpr (kMode == kPagedSeq)
+            k_page = fetch_kv_page<Tr>(p, seq, kv_head, n_block * Tr::kBlockN, tid);
+        load_kv<Tr, kMode, false>(k_smem[0], p, seq, kv_head, n_block * Tr::kBlockN, k_page,
                                   tid);
         cp_async_commit();
         advance_pages(n_block * Tr::kBlockN);
@@ -105,13 +104,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
             const int key_first = n_block * Tr::kBlockN;
             cp_async_wait<0>();  // K(n_block), and Q on the first pass
             __syncthreads();     // ...visible to all; every warp is done with V and K(other)
-            load_kv<Tr, kMode, true>(v_smem, p, seq, kv_head, key_first, v_pages, tid);
+            load_kv<Tr, kMode, true>(v_smem, p, seq, kv_head, key_first, v_page, tid);
             cp_async_commit();
             const bool prefetch = n_block > n_block_min;
             if (prefetch) {
                 const int next_first = key_first - Tr::kBlockN;
                 load_kv<Tr, kMode, false>(k_smem[(it + 1) & 1], p, seq, kv_head, next_first,
-                                          k_pages, tid);
+                                          k_page, tid);
                 cp_async_commit();
                 advance_pages(next_first);
             }

@@ -10,6 +10,7 @@
 #include "common/params.h"
 #include "common/epilogue.cuh"
 #include "common/mask.cuh"
+#include "common/paged_tile.cuh"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
 #include "common/softmax.cuh"
@@ -71,21 +72,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
-    // Paged: the page ids of the next K tile's rows and of the V tile's, a tile ahead.
-    using Pages = TilePages<Tr::kBlockN * Tr::kLoadChunks / Tr::kThreads>;
-    [[maybe_unused]] Pages k_pages, v_pages;
-    auto fetch_pages = [&, seq = seq, kv_head = kv_head](Pages &pages, int key_first) {
-        if constexpr (kMode == kPagedSeq)
-            pages.fetch(paged_rows<Elem, false>(p, seq, kv_head), key_first,
-                        seq.seqlen_k - key_first, [tid](int i) {
-                            return panel_copy_row<Tr::kLoadChunks, Tr::kThreads>(tid, i);
-                        });
+    // Paged: this lane's page ids for the next K tile and for the V tile, a tile ahead.
+    using PagedShape = PagedTileShape<Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>;
+    [[maybe_unused]] int k_page = -1, v_page = -1;
+    const auto panel = [](int row, int chunk) { return panel_offset<Tr::kBlockN>(row, chunk); };
+    auto fetch_page = [&, seq = seq, kv_head = kv_head](int key_first) {
+        return fetch_tile_page<PagedShape>(paged_rows<Elem, false>(p, seq, kv_head), key_first,
+                                           seq.seqlen_k - key_first, tid);
     };
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode == kPagedSeq)
-            load_panels_paged<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, paged_rows<Elem, false>(p, seq, kv_head), k_pages, key_first, p.head_dim,
-                tid);
+            load_paged_tile<PagedShape>(dst, paged_rows<Elem, false>(p, seq, kv_head), k_page,
+                                        key_first, p.head_dim, tid, panel);
         else
             load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
                 dst, k_row<Elem>(p, seq, kv_head, key_first), p.k_seq_stride,
@@ -93,20 +91,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     };
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode == kPagedSeq)
-            load_panels_paged<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, paged_rows<Elem, true>(p, seq, kv_head), v_pages, key_first, p.head_dim,
-                tid);
+            load_paged_tile<PagedShape>(dst, paged_rows<Elem, true>(p, seq, kv_head), v_page,
+                                        key_first, p.head_dim, tid, panel);
         else
             load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
                 dst, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
                 seq.seqlen_k - key_first, p.head_dim, tid);
     };
-    // After K(key_first)'s copies: V(key_first) takes its ids, the next K tile's fetched.
+    // After K(key_first)'s copies: V(key_first) takes its page, the next K tile's fetched.
     auto advance_pages = [&, keys_min = n_block_min * Tr::kBlockN](int key_first) {
         if constexpr (kMode == kPagedSeq) {
-            v_pages = k_pages;
-            if (key_first - Tr::kBlockN >= keys_min)
-                fetch_pages(k_pages, key_first - Tr::kBlockN);
+            v_page = k_page;
+            if (key_first - Tr::kBlockN >= keys_min) k_page = fetch_page(key_first - Tr::kBlockN);
         }
     };
 
@@ -121,7 +117,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        fetch_pages(k_pages, n_block * Tr::kBlockN);
+        if constexpr (kMode == kPagedSeq) k_page = fetch_page(n_block * Tr::kBlockN);
         load_k(k_smem, n_block * Tr::kBlockN);
         cp_async_commit();
         advance_pages(n_block * Tr::kBlockN);

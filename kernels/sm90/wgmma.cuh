@@ -13,7 +13,6 @@
 #include <stdint.h>
 
 #include "common/ptx.cuh"
-#include "common/seqinfo.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA2_SM90A 1
@@ -125,39 +124,6 @@ __device__ __forceinline__ void load_panels(uint32_t smem, const Elem *gmem, int
         const bool valid = col_valid && row0 + i * kRowStep < rows_valid;
         cp_async_16(dst + i * kRowStep * 128, valid ? src : gmem, valid);
         src += kRowStep * row_stride;
-    }
-}
-
-// The tile row of thread `tid`'s i-th copy in load_panels_paged.
-template <int kChunks, int kThreads>
-__device__ __forceinline__ int panel_copy_row(int tid, int i)
-{
-    return tid / kChunks + i * (kThreads / kChunks);
-}
-
-// load_panels for key rows key_first.. of a paged K or V (PagedRows in
-// common/seqinfo.cuh), given the page ids of this thread's rows (fetched a tile ahead
-// with panel_copy_row): rows with id -1 and columns >= cols_valid are zero-filled.
-template <typename Elem, int kRows, int kChunks, int kThreads>
-__device__ __forceinline__ void load_panels_paged(
-    uint32_t smem, const PagedRows<Elem> &rows,
-    const TilePages<kRows * kChunks / kThreads> &pages, int key_first, int cols_valid, int tid)
-{
-    static_assert(kRows * kChunks % kThreads == 0, "tile splits evenly over threads");
-    static_assert(kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0,
-                  "each thread keeps one chunk column, stepping whole swizzle atoms");
-    constexpr int kPerThread = kRows * kChunks / kThreads;
-    constexpr int kRowStep = kThreads / kChunks;
-    const int chunk = tid % kChunks;
-    const bool col_valid = chunk * 8 < cols_valid;
-    const uint32_t dst = smem + panel_offset<kRows>(tid / kChunks, chunk);
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-        const int page = pages.id[i];
-        const bool valid = col_valid && page >= 0;
-        const int key = key_first + panel_copy_row<kChunks, kThreads>(tid, i);
-        cp_async_16(dst + i * kRowStep * 128, valid ? rows.row_in(page, key) + chunk * 8 : rows.head,
-                    valid);
     }
 }
 

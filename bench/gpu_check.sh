@@ -21,7 +21,8 @@
 #   FA2_AB_NOISE=1   with FA2_BASELINE: also this tree's library against a copy of
 #                    itself (the harness's own noise); ab-noise.log
 #   FA2_VARLEN=1     also run bench/varlen_compare.py (packed and paged batches against
-#                    PyTorch's varlen kernel and libfa2's dense one); varlen.log
+#                    PyTorch's varlen kernel and libfa2's dense one, paged decode steps;
+#                    with FA2_BASELINE those A/B against the baseline); varlen.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -116,8 +117,9 @@ fi
 
 if [ "${FA2_VARLEN:-0}" = 1 ]; then
     : >"$OUT/varlen.log"
+    # shellcheck disable=SC2046  # with FA2_BASELINE: decode rows A/B against it
     run_step varlen "$OUT/varlen.log" python3 bench/varlen_compare.py --lib "$BUILD/libfa2.so" \
-        --csv "$OUT/varlen.csv"
+        --csv "$OUT/varlen.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
 fi
 
 # ---- summary (last, so the device tool's output tail holds it) -----------------------
@@ -172,7 +174,7 @@ fi
     fi
     if [ -s "$OUT/varlen.log" ]; then
         echo "varlen: (TFLOP/s)"
-        grep -E "^(varlen|equal|paged) " "$OUT/varlen.log" | sed 's/^/        /'
+        grep -E "^(varlen|equal|paged|decode) " "$OUT/varlen.log" | sed 's/^/        /'
     fi
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'

@@ -8,7 +8,10 @@
   equal     the same number of sequences, all of one length: varlen against libfa2's
             dense kernel on the same work;
   paged     a batch over a paged cache (page sizes 16 and 64, shuffled pages) against
-            the same batch with contiguous packed K/V.
+            the same batch with contiguous packed K/V;
+  decode    one query token per sequence over a paged cache (page 16): time and K/V
+            read rate, and with --base-lib the same step on a second build, alternating
+            (what a change costs a decode step).
 
 Inputs are made with torch; times are medians of CUDA-event-timed calls (sdpa_compare's
 time_ms). Prints a table, optionally writes CSV.
@@ -52,10 +55,52 @@ class Varlen:
             q.dtype, q.shape[0], 0 if pages else k.shape[0], HQ, HKV, D, batch=len(lens),
             max_seqlen_q=max(lens), max_seqlen_k=max(lens), causal=True, pages=pages, lib=lib)
         self.plan = lib.plan(problem, torch.cuda.current_device())
+        self.workspace = torch.empty(max(self.plan.workspace_bytes, 16), dtype=torch.uint8,
+                                     device="cuda")
 
     def __call__(self, q, k, v, o, cu_q, cu_k, used=None, table=None):
-        self.plan.forward_varlen(q, k, v, o, cu_q, cu_k, None, used, table,
+        self.plan.forward_varlen(q, k, v, o, cu_q, cu_k, None, used, table, self.workspace,
                                  stream=torch.cuda.current_stream().cuda_stream)
+
+
+def decode_row(lib, base, batch, keys, page, dt):
+    """One decode step (a query token per sequence, `keys` keys each, paged cache):
+    microseconds and K/V read rate, for this library and (A/B, alternating) `base`."""
+    per_seq = (keys + page - 1) // page
+    num_pages = batch * per_seq
+    table = torch.randperm(num_pages, device="cuda").view(batch, per_seq).to(torch.int32)
+    k_cache = torch.randn(num_pages, page, HKV, D, device="cuda", dtype=dt)
+    v_cache = torch.randn_like(k_cache)
+    q = torch.randn(batch, HQ, D, device="cuda", dtype=dt)
+    o = torch.empty_like(q)
+    cu = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
+    used = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
+    stride = k_cache.stride(0)
+    calls = {}
+    for name, library in (("fa2", lib), ("base", base)):
+        if library is None:
+            continue
+        problem = fa2lib.make_varlen_problem(
+            dt, batch, 0, HQ, HKV, D, batch=batch, max_seqlen_q=1, max_seqlen_k=keys,
+            causal=True, pages=(page, num_pages, per_seq, stride, stride), lib=library)
+        plan = library.plan(problem, torch.cuda.current_device())
+        ws = torch.empty(max(plan.workspace_bytes, 16), dtype=torch.uint8, device="cuda")
+        calls[name] = (lambda plan=plan, ws=ws: plan.forward_varlen(
+            q, k_cache, v_cache, o, cu, None, None, used, table, ws,
+            stream=torch.cuda.current_stream().cuda_stream))
+    times = {name: [] for name in calls}
+    for _ in range(3):  # alternating rounds; the best median of each
+        for name, fn in calls.items():
+            times[name].append(time_ms(fn, [()], warmup=10, iters=100))
+    us = {name: min(t) * 1e3 for name, t in times.items()}
+    kv_bytes = 2 * batch * keys * HKV * D * 2
+    text = "  ".join(f"{n} {t:7.1f} us {kv_bytes / (t * 1e-6) / 1e12:5.2f} TB/s"
+                     for n, t in us.items())
+    ratio = us["fa2"] / us["base"] if "base" in us else float("nan")
+    print(f"decode paged {page}, {batch} x {keys}{'':18} {text}"
+          + (f"   time fa2/base {ratio:5.3f}" if "base" in us else ""), flush=True)
+    return dict(case=f"decode {batch} x {keys} page {page}", fa2_us=us["fa2"],
+                base_us=us.get("base", ""), ratio=ratio)
 
 
 def torch_varlen(q, k, v, cu, max_len):
@@ -77,8 +122,11 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
     ap.add_argument("--csv")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on the decode "
+                    "rows (same binding: the structs must match)")
     args = ap.parse_args()
     lib = fa2lib.load_library(args.lib)
+    base = fa2lib.load_library(args.base_lib) if args.base_lib else None
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
     dt = torch.bfloat16
@@ -140,6 +188,9 @@ def main():
         r = row(f"paged, page {page}, 16 seqs 512..8k (diff {err:.0e})",
                 causal_flops(lens), times)
         rows.append(r)
+
+    for batch, keys in ((1, 8192), (16, 8192), (64, 4096)):  # paged decode, page 16
+        rows.append(decode_row(lib, base, batch, keys, 16, dt))
 
     if args.csv:
         with open(args.csv, "w") as f:

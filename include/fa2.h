@@ -70,8 +70,10 @@ typedef enum fa2_status_t {
     FA2_ERROR_DEVICE_MISMATCH = 19,      /* the current device is not the kind the plan
                                             was made for */
     FA2_ERROR_RESERVED = 20,             /* a reserved field is not zero */
-    FA2_ERROR_UNSUPPORTED = 21           /* a combination this version does not run (yet),
+    FA2_ERROR_UNSUPPORTED = 21,          /* a combination this version does not run (yet),
                                             e.g. a packed plan given to fa2_forward */
+    FA2_ERROR_BAD_METADATA = 22          /* a packed batch's device metadata failed a check
+                                            on the GPU (fa2_varlen_check says which) */
 } fa2_status_t;
 
 /* Limits that fa2_plan enforces (every accepted value runs correctly; see
@@ -193,11 +195,13 @@ typedef struct fa2_problem_t {
  * sequence. A call always runs `batch` sequences: pad with empty ones (repeat the last
  * offset). Masks and windows apply per sequence, bottom-right aligned. LSE: float32
  * [heads_q, total_q], natural log: row r of the packed Q, head h, at h * total_q + r.
- * A sequence whose offsets or lengths leave these bounds is skipped (its O and LSE
- * rows, and in the backward its dQ, dK and dV rows, are not written); the offsets are
- * not otherwise checked yet. The backward: fa2_backward_varlen with the forward's
- * offsets; it writes dQ rows that belong to no sequence (e.g. spare rows past the last
- * offset) as 0.
+ * The metadata is checked on the GPU, sequence by sequence, by the attention kernels
+ * themselves (fa2_varlen_check_t lists the checks): a sequence that fails one is
+ * skipped, its O and LSE rows (and in the backward its dQ, dK and dV rows) not written,
+ * and the forward records which check it failed in the workspace; the other sequences
+ * are computed. fa2_varlen_check reads the record. The backward: fa2_backward_varlen
+ * with the forward's offsets; it skips the same sequences without a record, and writes
+ * dQ rows that belong to no sequence (e.g. spare rows past the last offset) as 0.
  *
  * Paged K/V (page_size >= 1, a packed batch): K and V are [num_pages, page_size,
  * heads_kv, head_dim] with free strides (k/v_batch_stride is the page stride, k/v_seq_stride
@@ -205,8 +209,26 @@ typedef struct fa2_problem_t {
  * device, lists each sequence's pages in order: key j of sequence b is row j % page_size of
  * page page_table[b * pages_per_seq + j / page_size]. seqused_k gives each sequence's key
  * count (cu_seqlens_k is not read). Pages may be shared between sequences and come in any
- * order; any page size runs. A key whose page id is outside [0, num_pages) reads as zeros
- * (not checked otherwise yet). Forward only (plan->bwd_status = FA2_ERROR_UNSUPPORTED). */
+ * order; any page size runs. A page id of a sequence's keys outside [0, num_pages)
+ * fails its check (FA2_VARLEN_PAGE_ID). Forward only (plan->bwd_status =
+ * FA2_ERROR_UNSUPPORTED). */
+
+/* The checks a packed batch's device metadata gets, per sequence b, in this order
+ * (values pinned). fa2_varlen_check reports the first one a sequence failed. */
+typedef enum fa2_varlen_check_t {
+    FA2_VARLEN_OK = 0,
+    FA2_VARLEN_CU_SEQLENS_Q = 1, /* cu_seqlens_q[b] negative, not 0 for b = 0, above
+                                    cu_seqlens_q[b + 1], or cu_seqlens_q[b + 1] > total_q */
+    FA2_VARLEN_SEQLEN_Q = 2,     /* cu_seqlens_q[b + 1] - cu_seqlens_q[b] > seqlen_q (the
+                                    planned longest query sequence) */
+    FA2_VARLEN_CU_SEQLENS_K = 3, /* the same for cu_seqlens_k and total_k (not paged) */
+    FA2_VARLEN_SEQLEN_K = 4,     /* the key count (seqused_k[b], or from cu_seqlens_k)
+                                    negative or > seqlen_k (the planned longest) */
+    FA2_VARLEN_SEQUSED_K = 5,    /* seqused_k[b] above the keys cu_seqlens_k gives the
+                                    sequence (not paged) */
+    FA2_VARLEN_PAGE_ID = 6       /* a page-table entry for one of the sequence's keys
+                                    outside [0, num_pages) */
+} fa2_varlen_check_t;
 
 /* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
  * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1, deterministic = 0.
@@ -240,7 +262,9 @@ typedef struct fa2_plan_t {
     int32_t warps;               /* warps per thread block */
     int64_t grid_blocks;         /* thread blocks: batch * heads_q * ceil(seqlen_q/Br) */
     int64_t smem_bytes;          /* dynamic shared memory per block */
-    int64_t workspace_bytes;     /* caller-provided scratch fa2_forward needs (0 today) */
+    int64_t workspace_bytes;     /* caller-provided scratch the forward needs: 0 for a
+                                    dense batch; a packed one: 4 * batch, where each call
+                                    writes its metadata checks (fa2_varlen_check) */
     /* backward (fa2_backward) */
     int32_t bwd_block_n;         /* keys per thread block of the dK/dV kernel */
     int32_t bwd_block_m;         /* queries per inner step of the dK/dV kernel */
@@ -311,13 +335,30 @@ FA2_API fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const vo
  * FA2_ERROR_UNSUPPORTED for a dense plan (call fa2_forward). fa2_forward refuses a
  * packed plan the same way. A paged plan needs page_table ([batch, pages_per_seq]
  * int32) and seqused_k (FA2_ERROR_NULL_POINTER), reads no cu_seqlens_k; any other plan
- * needs page_table NULL (FA2_ERROR_UNSUPPORTED). */
+ * needs page_table NULL (FA2_ERROR_UNSUPPORTED). `workspace` (plan->workspace_bytes,
+ * 4-byte aligned, overlapping no output) receives the metadata checks: its first batch
+ * int32 are, after the call has run, 0 for each sequence that passed and the
+ * fa2_varlen_check_t it failed otherwise. Every call rewrites them (nothing to reset
+ * between graph replays); copy them yourself or call fa2_varlen_check. */
 FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
                                         const void *v, void *o, float *lse,
                                         const int32_t *cu_seqlens_q,
                                         const int32_t *cu_seqlens_k, const int32_t *seqused_k,
                                         const int32_t *page_table, void *workspace,
                                         size_t workspace_bytes, void *stream);
+
+/* Reads the metadata checks the last fa2_forward_varlen with this plan and workspace
+ * wrote. Synchronous: it copies batch int32 from the device, so call it once that work
+ * has finished (after the stream synchronizes). FA2_SUCCESS when every sequence passed;
+ * FA2_ERROR_BAD_METADATA when one failed, with *sequence the first that failed and
+ * *check its first failed check (the message names both); otherwise *sequence = -1 and
+ * *check = FA2_VARLEN_OK. sequence and check may be NULL. Also FA2_ERROR_NULL_POINTER,
+ * FA2_ERROR_STRUCT_SIZE, FA2_ERROR_BAD_PLAN, FA2_ERROR_UNSUPPORTED (a dense plan),
+ * FA2_ERROR_WORKSPACE (smaller than plan->workspace_bytes), FA2_ERROR_MISALIGNED,
+ * FA2_ERROR_CUDA (the copy failed: the message carries the CUDA error). */
+FA2_API fa2_status_t fa2_varlen_check(const fa2_plan_t *plan, const void *workspace,
+                                      size_t workspace_bytes, int64_t *sequence,
+                                      fa2_varlen_check_t *check);
 
 /* Writes new key and value rows into a paged plan's cache (what an engine runs before
  * attention each step), on `stream`, asynchronously: row t of k_new and v_new

@@ -75,18 +75,22 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->scale_log2 = pr->softmax_scale * 1.4426950408889634f; /* log2(e) */
 }
 
-/* O and LSE may overlap neither each other nor Q, K, V. */
+/* O, LSE and the workspace (outputs) may overlap neither each other nor Q, K, V and the
+ * metadata arrays. */
 static fa2_status_t check_forward_overlap(const fa2_plan_t *plan, const void *q,
                                           const void *k, const void *v, const void *o,
-                                          const float *lse)
+                                          const float *lse, const fa2_seq_offsets_t *offsets,
+                                          const void *workspace)
 {
     const fa2_problem_t *pr = &plan->problem;
-    const fa2_span_t inputs[3] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
-                                  fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
-                                  fa2_layout_span(pr, FA2_LAYOUT_V, "v", v)};
-    const fa2_span_t outputs[2] = {fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
-                                   fa2_bytes_span("lse", lse, lse ? fa2_lse_rows(pr) * 4 : 0)};
-    return fa2_check_disjoint(outputs, 2, inputs, 3);
+    fa2_span_t inputs[3 + FA2_OFFSET_SPANS] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
+                                               fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
+                                               fa2_layout_span(pr, FA2_LAYOUT_V, "v", v)};
+    fa2_offset_spans(pr, offsets, inputs + 3);
+    const fa2_span_t outputs[3] = {fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
+                                   fa2_bytes_span("lse", lse, lse ? fa2_lse_rows(pr) * 4 : 0),
+                                   fa2_bytes_span("workspace", workspace, plan->workspace_bytes)};
+    return fa2_check_disjoint(outputs, 3, inputs, 3 + FA2_OFFSET_SPANS);
 }
 
 /* fa2_forward and fa2_forward_varlen: every check, then the launch. */
@@ -117,8 +121,6 @@ static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const voi
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
         (s = fa2_check_align("lse", lse, 4)))
         return s;
-    if ((s = check_forward_overlap(plan, q, k, v, o, lse)))
-        return s;
     if (plan->workspace_bytes < 0 || (uint64_t)workspace_bytes < (uint64_t)plan->workspace_bytes)
         return fa2_fail(FA2_ERROR_WORKSPACE,
                         "workspace_bytes=%zu, the plan needs %" PRId64, workspace_bytes,
@@ -126,11 +128,16 @@ static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const voi
     if (plan->workspace_bytes > 0 && !workspace)
         return fa2_fail(FA2_ERROR_WORKSPACE, "workspace is NULL, the plan needs %" PRId64
                         " bytes", plan->workspace_bytes);
+    if ((s = fa2_check_align("workspace", workspace, 4)))
+        return s;
+    if ((s = check_forward_overlap(plan, q, k, v, o, lse, offsets, workspace)))
+        return s;
 
     if ((s = fa2_check_device(plan, 0)))
         return s;
 
     fa2_fill_params(plan, q, k, v, o, lse, offsets, &p);
+    p.varlen_check = offsets ? (int32_t *)workspace : NULL;
     e = fa2_fwd_launch(&p, stream);
     if (e != 0)
         return fa2_fail(FA2_ERROR_CUDA, "forward kernel launch (head_dim=%d, %s): %s",

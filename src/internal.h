@@ -141,6 +141,12 @@ fa2_span_t fa2_layout_span(const fa2_problem_t *problem, fa2_layout_t layout, co
 /* `bytes` bytes from ptr (LSE, workspace). */
 fa2_span_t fa2_bytes_span(const char *name, const void *ptr, int64_t bytes);
 
+/* The spans of a call's metadata arrays (inputs the kernels read; an empty span for
+ * each one not given or not read), for fa2_check_disjoint. */
+#define FA2_OFFSET_SPANS 4
+void fa2_offset_spans(const fa2_problem_t *pr, const fa2_seq_offsets_t *offsets,
+                      fa2_span_t spans[FA2_OFFSET_SPANS]);
+
 /* FA2_ERROR_OVERLAP naming the pair when an output overlaps another output or an input
  * (inputs may overlap each other). */
 fa2_status_t fa2_check_disjoint(const fa2_span_t *outputs, int n_outputs,

@@ -208,7 +208,7 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
                         (long long)out.grid_blocks);
     out.smem_bytes = tile.smem_bytes;
     out.fwd_arch = tile.arch;
-    out.workspace_bytes = 0;
+    out.workspace_bytes = problem->total_q ? 4 * problem->batch : 0; /* the checks */
     plan_backward(problem, device, tile.head_dim_bucket, &out);
     out.device = *device;
     out.device.struct_size = sizeof(fa2_device_info_t);

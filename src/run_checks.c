@@ -162,6 +162,20 @@ fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets)
     return FA2_SUCCESS;
 }
 
+void fa2_offset_spans(const fa2_problem_t *pr, const fa2_seq_offsets_t *offsets,
+                      fa2_span_t spans[FA2_OFFSET_SPANS])
+{
+    const fa2_seq_offsets_t none = {NULL, NULL, NULL, NULL};
+    const fa2_seq_offsets_t *o = offsets ? offsets : &none;
+    const int64_t offsets_bytes = (pr->batch + 1) * 4, per_seq_bytes = pr->batch * 4;
+    spans[0] = fa2_bytes_span("cu_seqlens_q", o->cu_seqlens_q, o->cu_seqlens_q ? offsets_bytes : 0);
+    spans[1] = fa2_bytes_span("cu_seqlens_k", o->cu_seqlens_k,
+                              o->cu_seqlens_k && !pr->page_size ? offsets_bytes : 0);
+    spans[2] = fa2_bytes_span("seqused_k", o->seqused_k, o->seqused_k ? per_seq_bytes : 0);
+    spans[3] = fa2_bytes_span("page_table", o->page_table,
+                              o->page_table ? per_seq_bytes * pr->pages_per_seq : 0);
+}
+
 fa2_status_t fa2_check_entry_point(const fa2_plan_t *plan, const fa2_seq_offsets_t *offsets,
                                    const char *dense_call, const char *packed_call)
 {

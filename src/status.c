@@ -85,6 +85,8 @@ const char *fa2_status_string(fa2_status_t status)
         return "FA2_ERROR_RESERVED: a reserved field is not zero";
     case FA2_ERROR_UNSUPPORTED:
         return "FA2_ERROR_UNSUPPORTED: a combination this version does not run";
+    case FA2_ERROR_BAD_METADATA:
+        return "FA2_ERROR_BAD_METADATA: a packed batch's device metadata failed a check";
     }
     return "unknown fa2_status_t";
 }

@@ -358,6 +358,10 @@ class Errors(unittest.TestCase):
         self.assertEqual(codes, fa2.STATUS_NAMES)
         for code, name in codes.items():
             self.assertEqual(getattr(fa2, name), code)
+        checks = {int(v): n for n, v in re.findall(r"\b(FA2_VARLEN_\w+) = (\d+)", text)}
+        self.assertEqual(checks, fa2.VARLEN_CHECK_NAMES)
+        for code, name in checks.items():
+            self.assertEqual(getattr(fa2, name), code)
         limits = dict(re.findall(r"#define FA2_(MAX_\w+) ([0-9.]+)f?", text))
         self.assertEqual(set(limits), {"MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE"})
         for name, value in limits.items():
@@ -366,7 +370,7 @@ class Errors(unittest.TestCase):
     def test_new_status_classes(self):
         for cls, code in ((fa2.Fa2Overlap, 17), (fa2.Fa2BadPlan, 18),
                           (fa2.Fa2DeviceMismatch, 19), (fa2.Fa2Reserved, 20),
-                          (fa2.Fa2Unsupported, 21)):
+                          (fa2.Fa2Unsupported, 21), (fa2.Fa2BadMetadata, 22)):
             e = fa2.exception_for(code, "m", "fa2_forward")
             self.assertIs(type(e), cls)
             self.assertIn(f"[{fa2.STATUS_NAMES[code]}]", str(e))

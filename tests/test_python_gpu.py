@@ -443,6 +443,23 @@ def kvcache_cases():
         ok = worst < TOL
         passed += ok
         print(f"{'PASS' if ok else 'FAIL'} {label}  worst sequence {worst:.1e}", flush=True)
+        # check_metadata: clean, then sequence 1's first page id out of range
+        n += 1
+        try:
+            fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, table, causal=causal,
+                                        check_metadata=True)
+            bad = table.clone()
+            bad[1, 0] = num_pages
+            fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, bad, causal=causal,
+                                        check_metadata=True)
+            print(f"FAIL {label} check_metadata: a bad page id was not reported", flush=True)
+        except fa2.Fa2BadMetadata as e:
+            ok = e.sequence == 1 and e.check == "FA2_VARLEN_PAGE_ID"
+            passed += ok
+            print(f"{'PASS' if ok else 'FAIL'} {label} check_metadata: {e.check} for sequence "
+                  f"{e.sequence}", flush=True)
+        except fa2.Fa2Error as e:
+            print(f"FAIL {label} check_metadata  {type(e).__name__}: {e}", flush=True)
     return passed, n
 
 

@@ -442,15 +442,15 @@ static fa2_problem_t packed_base(void)
     return p;
 }
 
-static int expect_varlen_fail(const char *what, const fa2_plan_t *plan, const void *o,
-                              const int32_t *cu_q, const int32_t *cu_k, fa2_status_t want,
-                              const char *says)
+static int expect_varlen_ws_fail(const char *what, const fa2_plan_t *plan, const void *o,
+                                 const int32_t *cu_q, const int32_t *cu_k, void *ws,
+                                 size_t ws_bytes, fa2_status_t want, const char *says)
 {
     for (int i = 0; i < N_OUTPUTS; ++i)
         memset(g_outputs[i], 0xEE, BUF);
     const fa2_status_t s = fa2_forward_varlen(plan, g_q, g_k, g_v, (void *)o,
                                               (float *)(void *)g_lse, cu_q, cu_k, NULL, NULL,
-                                              NULL, 0, NULL);
+                                              ws, ws_bytes, NULL);
     const char *m = fa2_last_error();
     int written = 0;
     for (int i = 0; i < N_OUTPUTS; ++i)
@@ -460,6 +460,14 @@ static int expect_varlen_fail(const char *what, const fa2_plan_t *plan, const vo
     printf("reject %3d: fa2_forward_varlen %-40s -> %s \"%s\"%s %s\n", ++g_case, what,
            fa2_status_string(s), m, written ? " [wrote an output]" : "", ok ? "ok" : "FAIL");
     return ok;
+}
+
+/* expect_varlen_fail with a good workspace */
+static int expect_varlen_fail(const char *what, const fa2_plan_t *plan, const void *o,
+                              const int32_t *cu_q, const int32_t *cu_k, fa2_status_t want,
+                              const char *says)
+{
+    return expect_varlen_ws_fail(what, plan, o, cu_q, cu_k, g_ws, BUF, want, says);
 }
 
 static void test_packed_rejections(void **state)
@@ -494,6 +502,18 @@ static void test_packed_rejections(void **state)
                                   "call fa2_forward");
     failed += !expect_varlen_fail("o overlaps q", &packed, g_q, cu, cu, FA2_ERROR_OVERLAP,
                                   "o [");
+    failed += !expect_varlen_ws_fail("workspace=NULL", &packed, g_o, cu, cu, NULL, BUF,
+                                     FA2_ERROR_WORKSPACE, "workspace is NULL");
+    failed += !expect_varlen_ws_fail("workspace_bytes one short", &packed, g_o, cu, cu, g_ws,
+                                     (size_t)packed.workspace_bytes - 1, FA2_ERROR_WORKSPACE,
+                                     "workspace_bytes=");
+    failed += !expect_varlen_ws_fail("workspace misaligned (+2)", &packed, g_o, cu, cu,
+                                     MIS(g_ws, 2), BUF - 2, FA2_ERROR_MISALIGNED, "workspace");
+    failed += !expect_varlen_ws_fail("workspace = o", &packed, g_o, cu, cu, g_o, BUF,
+                                     FA2_ERROR_OVERLAP, "workspace");
+    failed += !expect_varlen_ws_fail("workspace overlaps cu_seqlens_q", &packed, g_o, cu, cu,
+                                     (void *)g_offsets, (size_t)packed.workspace_bytes,
+                                     FA2_ERROR_OVERLAP, "cu_seqlens_q");
     /* and fa2_forward given the packed plan */
     call_t c = good();
     c.plan = &packed;

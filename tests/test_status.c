@@ -95,6 +95,7 @@ static void test_status_strings(void **state)
         "FA2_ERROR_DEVICE_MISMATCH",
         "FA2_ERROR_RESERVED",
         "FA2_ERROR_UNSUPPORTED",
+        "FA2_ERROR_BAD_METADATA",
     };
     size_t n = sizeof names / sizeof names[0];
     (void)state;
@@ -107,7 +108,7 @@ static void test_status_strings(void **state)
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(s, fa2_status_string((fa2_status_t)j));
     }
-    assert_string_equal(fa2_status_string((fa2_status_t)22), "unknown fa2_status_t");
+    assert_string_equal(fa2_status_string((fa2_status_t)23), "unknown fa2_status_t");
     assert_string_equal(fa2_status_string((fa2_status_t)-1), "unknown fa2_status_t");
     assert_string_equal(fa2_status_string((fa2_status_t)1000), "unknown fa2_status_t");
 }

@@ -674,6 +674,27 @@ static void test_packed_batch(void **state)
     EXPECT_FWD(fa2_backward_varlen(&pl, a, a, a, a, a, (const float *)a, a, a, a, cu, NULL,
                                    NULL, a, 1 << 30, NULL),
                FA2_ERROR_NULL_POINTER, "cu_seqlens_k is NULL");
+
+    /* The forward's workspace holds one metadata record per sequence; fa2_varlen_check's
+     * refusals come before its copy from the device. */
+    assert_int_equal(pl.workspace_bytes, 4 * pl.problem.batch);
+    assert_int_equal(dense.workspace_bytes, 0);
+    int64_t seq = 7;
+    fa2_varlen_check_t check = FA2_VARLEN_PAGE_ID;
+    EXPECT_FWD(fa2_varlen_check(NULL, a, 1 << 20, &seq, &check), FA2_ERROR_NULL_POINTER,
+               "plan is NULL");
+    assert_true(seq == -1 && check == FA2_VARLEN_OK); /* reset even when refused */
+    EXPECT_FWD(fa2_varlen_check(&pl, NULL, 1 << 20, NULL, NULL), FA2_ERROR_NULL_POINTER,
+               "workspace is NULL");
+    EXPECT_FWD(fa2_varlen_check(&dense, a, 1 << 20, NULL, NULL), FA2_ERROR_UNSUPPORTED,
+               "dense batch");
+    EXPECT_FWD(fa2_varlen_check(&pl, a, (size_t)pl.workspace_bytes - 1, NULL, NULL),
+               FA2_ERROR_WORKSPACE, "workspace_bytes=");
+    EXPECT_FWD(fa2_varlen_check(&pl, PTR(0x1002), 1 << 20, NULL, NULL), FA2_ERROR_MISALIGNED,
+               "workspace");
+    fa2_plan_t forged = pl;
+    forged.workspace_bytes = 0;
+    EXPECT_FWD(fa2_varlen_check(&forged, a, 1 << 20, NULL, NULL), FA2_ERROR_BAD_PLAN, "changed");
 }
 
 /* A paged K/V cache: its fields' checks, the plan (forward only) and the arrays a call

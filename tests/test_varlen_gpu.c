@@ -14,7 +14,10 @@
  * device (the mma.sync kernels instead of the Hopper ones on the H200). Then the
  * backward of each case in both modes (check_backward). Then paged K/V caches
  * (run_paged_case): page sizes 1, 16, 17, 32, 64 and 256, shuffled and shared pages. Then the
- * accepted limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows.
+ * accepted limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows;
+ * hostile metadata (run_hostile): each check failed once, recorded for the right
+ * sequence, whose rows stay untouched while the intact ones match a clean run bit for
+ * bit. Every call's metadata records are checked (records_ok).
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped);
  * `--probe` only checks for one. */
@@ -89,6 +92,45 @@ static void *upload(const void *host, size_t bytes)
     else
         assert_int_equal(cudaMemset(dev, 0xFF, bytes > 0 ? bytes : 1), cudaSuccess);
     return dev;
+}
+
+static const char *check_label(int32_t check)
+{
+    static const char *names[] = {"OK", "CU_SEQLENS_Q", "SEQLEN_Q", "CU_SEQLENS_K",
+                                  "SEQLEN_K", "SEQUSED_K", "PAGE_ID"};
+    return check >= 0 && check < 7 ? names[check] : "not written";
+}
+
+/* The metadata checks a forward wrote into `ws` (poisoned with 0xFF before the call, so
+ * an unwritten record reads -1): 1 when sequence `bad` has check `want` (bad < 0: no
+ * sequence failed), every other one FA2_VARLEN_OK, and fa2_varlen_check agrees. */
+static int records_ok(const fa2_plan_t *plan, const void *ws, int bad, int32_t want)
+{
+    const int64_t n = plan->problem.batch;
+    int32_t *got = malloc(sizeof(int32_t) * (size_t)n);
+    assert_non_null(got);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(got, ws, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    int wrong = 0;
+    for (int64_t b = 0; b < n; ++b) {
+        const int32_t w = b == bad ? want : FA2_VARLEN_OK;
+        if (got[b] != w && wrong++ < 3)
+            printf(" [record of sequence %" PRId64 ": %s, want %s]", b, check_label(got[b]),
+                   check_label(w));
+    }
+    free(got);
+    int64_t seq = -2;
+    fa2_varlen_check_t check = (fa2_varlen_check_t)-2;
+    const fa2_status_t st = fa2_varlen_check(plan, ws, (size_t)plan->workspace_bytes, &seq,
+                                             &check);
+    const int agrees = bad < 0 ? st == FA2_SUCCESS && seq == -1 && check == FA2_VARLEN_OK
+                               : st == FA2_ERROR_BAD_METADATA && seq == bad &&
+                                     (int32_t)check == want;
+    if (!agrees)
+        printf(" [fa2_varlen_check: %s, sequence %" PRId64 ", check %d: \"%s\"]",
+               fa2_status_string(st), seq, (int)check, fa2_last_error());
+    return wrong == 0 && agrees;
 }
 
 /* A packed batch on the device after its forward, for the backward check. */
@@ -267,8 +309,10 @@ static int run_case(long index, const varlen_case_t *c)
     float *dlse = upload(NULL, sizeof(float) * (size_t)n_lse);
     int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dcu_k = upload(cu_k, sizeof cu_k),
             *dused = upload(used, sizeof used);
+    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
     st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k,
-                            c->extra_k ? dused : NULL, NULL, NULL, 0, NULL);
+                            c->extra_k ? dused : NULL, NULL, ws, (size_t)plan.workspace_bytes,
+                            NULL);
     int pass = 0;
     if (st != FA2_SUCCESS) {
         printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
@@ -338,8 +382,9 @@ static int run_case(long index, const varlen_case_t *c)
     const double err = oracle_rel_l2(got, want, (size_t)nq);
     const double ref_err = oracle_rel_l2(ref, want, (size_t)nq);
     const double bound = fmax(2.0 * ref_err, c->dtype == FA2_DTYPE_BF16 ? FLOOR_BF16 : FLOOR_FP16);
+    const int records = records_ok(&plan, ws, c->skipped, FA2_VARLEN_SEQLEN_Q);
     pass = err <= bound && nonfinite == 0 && masked_nonzero == 0 && poison_lost == 0 &&
-           lse_bad == 0;
+           lse_bad == 0 && records;
     printf(" : err=%.3e ref=%.3e bound=%.3e nonfinite=%" PRId64 " masked_nonzero=%" PRId64
            " written_outside=%" PRId64 " lse_bad=%" PRId64 " %s\n",
            err, ref_err, bound, nonfinite, masked_nonzero, poison_lost, lse_bad,
@@ -352,7 +397,7 @@ static int run_case(long index, const varlen_case_t *c)
 
 cleanup:
     fflush(stdout);
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse), cudaFree(ws);
     cudaFree(dcu_q), cudaFree(dcu_k), cudaFree(dused);
     free(qv), free(kv), free(vv), free(lse), free(qb), free(kb), free(vb), free(ob);
     free(want), free(ref), free(got), free(want_lse);
@@ -456,7 +501,9 @@ static int run_limit_case(long index, const limit_case_t *c)
     int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dcu_k = upload(cu_k, sizeof cu_k),
             *dused = upload(used, sizeof used);
     int pass = 0;
-    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k, dused, NULL, NULL, 0, NULL);
+    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
+    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k, dused, NULL, ws,
+                            (size_t)plan.workspace_bytes, NULL);
     if (st != FA2_SUCCESS) {
         printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
                fa2_last_error());
@@ -505,13 +552,17 @@ static int run_limit_case(long index, const limit_case_t *c)
         for (int64_t x = 0; x < d; ++x)
             poison_lost += row[x] != 0xFFFFu;
     }
-    pass = o_bad == 0 && lse_bad == 0 && poison_lost == 0;
+    int too_long = -1; /* the sequence past the planned seqlen_q */
+    for (int b = c->n - 1; b >= 0; --b)
+        too_long = len_q[b] > c->max_q ? b : too_long;
+    const int records = records_ok(&plan, ws, too_long, FA2_VARLEN_SEQLEN_Q);
+    pass = o_bad == 0 && lse_bad == 0 && poison_lost == 0 && records;
     printf(" : o_bad=%" PRId64 " lse_bad=%" PRId64 " written_outside=%" PRId64 " %s\n", o_bad,
            lse_bad, poison_lost, pass ? "PASS" : "FAIL");
 
 cleanup:
     fflush(stdout);
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse), cudaFree(ws);
     cudaFree(dcu_q), cudaFree(dcu_k), cudaFree(dused);
     return pass;
 }
@@ -541,6 +592,174 @@ static void test_packed_limits(void **state)
     assert_int_equal(failed, 0);
 }
 
+
+/* ---- hostile metadata ------------------------------------------------------------- */
+
+enum { H_SEQS = 4, H_PAGE = 16, H_PER_SEQ = 16, H_MAX_Q = 128, H_MAX_K = 256 };
+static const int32_t h_len_q[H_SEQS] = {5, 40, 70, 17}, h_len_k[H_SEQS] = {9, 100, 130, 33};
+
+typedef struct hostile_case_t {
+    const char *name;
+    int paged;
+    int edit;           /* which value to corrupt (see hostile_edit) */
+    int bad;            /* the sequence that must fail, or -1 */
+    int32_t check;      /* and its check */
+    int rows_untouched; /* the failing sequence's rows belong to no other sequence */
+    unsigned unchanged; /* sequences whose offsets are intact: output bit-identical */
+} hostile_case_t;
+
+static void hostile_edit(int edit, int32_t *cu_q, int32_t *cu_k, int32_t *used, int32_t *table,
+                         int64_t total_q, int64_t num_pages)
+{
+    switch (edit) {
+    case 1: cu_q[0] = 1; break;
+    case 2: cu_q[2] = cu_q[3] + 1; break;
+    case 3: cu_q[4] = (int32_t)total_q + 1; break;
+    case 4: cu_k[3] = cu_k[2] - 1; break;
+    case 5: used[1] = h_len_k[1] + 1; break;
+    case 6: used[3] = -1; break;
+    case 7: used[2] = H_MAX_K + 1; break;
+    case 8: table[1 * H_PER_SEQ + 2] = (int32_t)num_pages; break;
+    case 9: table[2 * H_PER_SEQ] = -7; break;
+    case 10: table[3 * H_PER_SEQ + 10] = 999; break; /* past sequence 3's keys: not read */
+    case 11: used[0] = H_MAX_K + 1; break;
+    }
+}
+
+static const hostile_case_t hostile_cases[] = {
+    {"cu_seqlens_q[0] = 1", 0, 1, 0, FA2_VARLEN_CU_SEQLENS_Q, 1, 0xE},
+    {"cu_seqlens_q decreasing", 0, 2, 2, FA2_VARLEN_CU_SEQLENS_Q, 0, 0x9},
+    {"cu_seqlens_q past total_q", 0, 3, 3, FA2_VARLEN_CU_SEQLENS_Q, 1, 0x7},
+    {"cu_seqlens_k decreasing", 0, 4, 2, FA2_VARLEN_CU_SEQLENS_K, 1, 0x3},
+    {"seqused_k above its keys", 0, 5, 1, FA2_VARLEN_SEQUSED_K, 1, 0xD},
+    {"seqused_k negative", 0, 6, 3, FA2_VARLEN_SEQLEN_K, 1, 0x7},
+    {"seqused_k above the planned seqlen_k", 0, 7, 2, FA2_VARLEN_SEQLEN_K, 1, 0xB},
+    {"page id = num_pages", 1, 8, 1, FA2_VARLEN_PAGE_ID, 1, 0xD},
+    {"page id negative", 1, 9, 2, FA2_VARLEN_PAGE_ID, 1, 0xB},
+    {"a bad page-table entry past the keys", 1, 10, -1, FA2_VARLEN_OK, 0, 0xF},
+    {"paged seqused_k above the planned seqlen_k", 1, 11, 0, FA2_VARLEN_SEQLEN_K, 1, 0xE},
+};
+
+/* One batch (paged or packed K/V), run clean and then with each of its hostile edits:
+ * the failing sequence and check recorded, its rows untouched, the intact sequences'
+ * O and LSE bit-identical to the clean run. */
+static long run_hostile(int paged)
+{
+    const int64_t hq = 2, hkv = 1, d = 64, spare = 8;
+    int32_t cu_q[H_SEQS + 1] = {0}, cu_k[H_SEQS + 1] = {0}, used[H_SEQS];
+    int32_t table[H_SEQS * H_PER_SEQ];
+    int64_t num_pages = 2;
+    for (int b = 0; b < H_SEQS; ++b) {
+        cu_q[b + 1] = cu_q[b] + h_len_q[b];
+        cu_k[b + 1] = cu_k[b] + h_len_k[b];
+        used[b] = h_len_k[b];
+        num_pages += (h_len_k[b] + H_PAGE - 1) / H_PAGE;
+    }
+    const int64_t total_q = cu_q[H_SEQS] + spare, total_k = cu_k[H_SEQS] + spare;
+    for (int b = 0, next = 0; b < H_SEQS; ++b) /* pages dealt in reverse, -1 past the keys */
+        for (int j = 0; j < H_PER_SEQ; ++j)
+            table[b * H_PER_SEQ + j] =
+                j < (h_len_k[b] + H_PAGE - 1) / H_PAGE ? (int32_t)(num_pages - 1 - next++) : -1;
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, H_SEQS, H_MAX_Q, H_MAX_K, hq, hkv, d);
+    p.total_q = total_q;
+    p.total_k = paged ? 0 : total_k;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+    if (paged) {
+        p.page_size = H_PAGE;
+        p.num_pages = num_pages;
+        p.pages_per_seq = H_PER_SEQ;
+        p.k_batch_stride = p.v_batch_stride = H_PAGE * hkv * d;
+    }
+    p.causal = 1;
+    fa2_plan_t plan;
+    assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+    const int64_t k_rows = paged ? num_pages * H_PAGE : total_k;
+    const int64_t nq = total_q * hq * d, nk = k_rows * hkv * d, n_lse = hq * total_q;
+    oracle_rng_t rng = case_rng(g_seed, 5000 + paged);
+    float *vals = malloc(sizeof(float) * (size_t)(nq > nk ? nq : nk));
+    uint16_t *qb = malloc(2 * (size_t)nq), *kb = malloc(2 * (size_t)nk),
+             *vb = malloc(2 * (size_t)nk), *clean_o = malloc(2 * (size_t)nq),
+             *o = malloc(2 * (size_t)nq);
+    uint32_t *clean_lse = malloc(4 * (size_t)n_lse), *lse = malloc(4 * (size_t)n_lse);
+    assert_true(vals && qb && kb && vb && clean_o && o && clean_lse && lse);
+    fill(vals, qb, nq, &rng, FA2_DTYPE_BF16);
+    fill(vals, kb, nk, &rng, FA2_DTYPE_BF16);
+    fill(vals, vb, nk, &rng, FA2_DTYPE_BF16);
+    void *dq = upload(qb, 2 * (size_t)nq), *dk = upload(kb, 2 * (size_t)nk),
+         *dv = upload(vb, 2 * (size_t)nk), *d_o = upload(NULL, 2 * (size_t)nq),
+         *dlse = upload(NULL, 4 * (size_t)n_lse), *ws = upload(NULL, (size_t)plan.workspace_bytes);
+    int32_t *dcu_q = upload(NULL, sizeof cu_q), *dcu_k = upload(NULL, sizeof cu_k),
+            *dused = upload(NULL, sizeof used), *dtable = upload(NULL, sizeof table);
+    long failed = 0;
+    for (size_t i = 0; i <= sizeof hostile_cases / sizeof hostile_cases[0]; ++i) {
+        const hostile_case_t *c = i ? &hostile_cases[i - 1] : NULL; /* 0: the clean run */
+        if (c && c->paged != paged)
+            continue;
+        int32_t hcu_q[H_SEQS + 1], hcu_k[H_SEQS + 1], hused[H_SEQS], htable[H_SEQS * H_PER_SEQ];
+        memcpy(hcu_q, cu_q, sizeof cu_q), memcpy(hcu_k, cu_k, sizeof cu_k);
+        memcpy(hused, used, sizeof used), memcpy(htable, table, sizeof table);
+        if (c)
+            hostile_edit(c->edit, hcu_q, hcu_k, hused, htable, total_q, num_pages);
+        assert_int_equal(cudaMemcpy(dcu_q, hcu_q, sizeof hcu_q, cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dcu_k, hcu_k, sizeof hcu_k, cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dused, hused, sizeof hused, cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemcpy(dtable, htable, sizeof htable, cudaMemcpyHostToDevice), 0);
+        assert_int_equal(cudaMemset(d_o, 0xFF, 2 * (size_t)nq), 0);
+        assert_int_equal(cudaMemset(dlse, 0xFF, 4 * (size_t)n_lse), 0);
+        assert_int_equal(cudaMemset(ws, 0xFF, (size_t)plan.workspace_bytes), 0);
+        printf("hostile %s: %s", paged ? "paged" : "packed", c ? c->name : "clean run");
+        const fa2_status_t st =
+            fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, paged ? NULL : dcu_k, dused,
+                               paged ? dtable : NULL, ws, (size_t)plan.workspace_bytes, NULL);
+        if (st != FA2_SUCCESS) {
+            printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
+                   fa2_last_error());
+            ++failed;
+            continue;
+        }
+        const int records = records_ok(&plan, ws, c ? c->bad : -1, c ? c->check : 0);
+        uint16_t *got_o = c ? o : clean_o;
+        uint32_t *got_lse = c ? lse : clean_lse;
+        assert_int_equal(cudaMemcpy(got_o, d_o, 2 * (size_t)nq, cudaMemcpyDeviceToHost), 0);
+        assert_int_equal(cudaMemcpy(got_lse, dlse, 4 * (size_t)n_lse, cudaMemcpyDeviceToHost), 0);
+        int64_t differ = 0, written = 0, unwritten = 0;
+        for (int b = 0; b < H_SEQS; ++b)
+            for (int64_t r = cu_q[b]; r < cu_q[b + 1]; ++r)
+                for (int64_t h = 0; h < hq; ++h) {
+                    const int64_t at = (r * hq + h) * d;
+                    const int intact = !c || (c->unchanged >> b & 1);
+                    if (c && b == c->bad && c->rows_untouched) {
+                        written += got_lse[h * total_q + r] != 0xFFFFFFFFu;
+                        for (int64_t x = 0; x < d; ++x)
+                            written += got_o[at + x] != 0xFFFFu;
+                    } else if (intact && c) {
+                        differ += got_lse[h * total_q + r] != clean_lse[h * total_q + r] ||
+                                  memcmp(got_o + at, clean_o + at, 2 * (size_t)d) != 0;
+                    } else if (!c) {
+                        unwritten += got_lse[h * total_q + r] == 0xFFFFFFFFu;
+                    }
+                }
+        const int ok = records && differ == 0 && written == 0 && unwritten == 0;
+        failed += !ok;
+        printf(" : intact rows differing=%" PRId64 " failed rows written=%" PRId64
+               " clean rows unwritten=%" PRId64 " %s\n",
+               differ, written, unwritten, ok ? "PASS" : "FAIL");
+    }
+    fflush(stdout);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse), cudaFree(ws);
+    cudaFree(dcu_q), cudaFree(dcu_k), cudaFree(dused), cudaFree(dtable);
+    free(vals), free(qb), free(kb), free(vb), free(clean_o), free(o), free(clean_lse), free(lse);
+    return failed;
+}
+
+static void test_hostile_metadata(void **state)
+{
+    (void)state;
+    const long failed = run_hostile(0) + run_hostile(1);
+    printf("%ld hostile metadata cases failed (seed %" PRIu64 ")\n", failed, g_seed);
+    assert_int_equal(failed, 0);
+}
 
 /* ---- paged K/V ---------------------------------------------------------------------- */
 
@@ -645,8 +864,9 @@ static int run_paged_case(long index, const paged_case_t *c)
     float *dlse = upload(NULL, sizeof(float) * (size_t)n_lse);
     int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dused = upload(used, sizeof used),
             *dtable = upload(table, sizeof(int32_t) * (size_t)(n * pages_per_seq));
-    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, NULL, 0,
-                            NULL);
+    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
+    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws,
+                            (size_t)plan.workspace_bytes, NULL);
     int pass = 0;
     if (st != FA2_SUCCESS) {
         printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
@@ -700,14 +920,15 @@ static int run_paged_case(long index, const paged_case_t *c)
     const double err = oracle_rel_l2(got, want, (size_t)nq);
     const double ref_err = oracle_rel_l2(ref, want, (size_t)nq);
     const double bound = fmax(2.0 * ref_err, c->dtype == FA2_DTYPE_BF16 ? FLOOR_BF16 : FLOOR_FP16);
-    pass = err <= bound && nonfinite == 0 && poison_lost == 0 && lse_bad == 0;
+    const int records = records_ok(&plan, ws, -1, FA2_VARLEN_OK);
+    pass = err <= bound && nonfinite == 0 && poison_lost == 0 && lse_bad == 0 && records;
     printf(" : err=%.3e ref=%.3e bound=%.3e nonfinite=%" PRId64 " written_outside=%" PRId64
            " lse_bad=%" PRId64 " %s\n",
            err, ref_err, bound, nonfinite, poison_lost, lse_bad, pass ? "PASS" : "FAIL");
 
 cleanup:
     fflush(stdout);
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse), cudaFree(ws);
     cudaFree(dcu_q), cudaFree(dused), cudaFree(dtable);
     free(qv), free(kv), free(vv), free(lse), free(kseq), free(vseq);
     free(qb), free(kb), free(vb), free(ob), free(want), free(ref), free(got), free(want_lse);
@@ -844,6 +1065,7 @@ static void test_graph_replay(void **state)
     int32_t cu_q[kSeqs + 1] = {0, 1, 2, 3}, used[kSeqs], slots[kSeqs], table[kSeqs * kPerSeq];
     int32_t *dcu = upload(cu_q, sizeof cu_q), *dused = upload(NULL, sizeof used),
             *dslots = upload(NULL, sizeof slots), *dtable = upload(NULL, sizeof table);
+    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
     cudaStream_t stream;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -852,13 +1074,17 @@ static void test_graph_replay(void **state)
     const fa2_status_t w =
         fa2_cache_write(&plan, dkn, dvn, tokens, hkv * d, dslots, dk, dv, stream);
     const fa2_status_t f =
-        fa2_forward_varlen(&plan, dq, dk, dv, d_o, NULL, dcu, NULL, dused, dtable, NULL, 0, stream);
+        fa2_forward_varlen(&plan, dq, dk, dv, d_o, NULL, dcu, NULL, dused, dtable, ws,
+                           (size_t)plan.workspace_bytes, stream);
     assert_int_equal(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     assert_int_equal(w, FA2_SUCCESS);
     assert_int_equal(f, FA2_SUCCESS);
     assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     long failed = 0;
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < 4; ++round) {
+        /* round 2: sequence 1's first page id out of range; its rows must stay poisoned,
+         * its record say so, and round 3's (valid again) be clean */
+        const int hostile = round == 2;
         /* new lengths (the new key included), pages (a shuffled deal) and slots */
         int32_t next = (int32_t)(round * 7 % kPages);
         for (int b = 0; b < kSeqs; ++b) {
@@ -870,6 +1096,8 @@ static void test_graph_replay(void **state)
             const int32_t last = used[b] - 1; /* the new key's position */
             slots[b] = table[b * kPerSeq + last / ps] * (int32_t)ps + last % ps;
         }
+        if (hostile)
+            table[1 * kPerSeq] = kPages + 5;
         fill(qv, qb, kSeqs * hq * d, &rng, FA2_DTYPE_BF16);
         fill(knew, knb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
         fill(vnew, vnb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
@@ -899,7 +1127,13 @@ static void test_graph_replay(void **state)
                    sizeof(float) * (size_t)(hkv * d));
         }
         double worst = 0.0;
+        int64_t poison_lost = 0;
         for (int b = 0; b < kSeqs; ++b) {
+            if (hostile && b == 1) {
+                for (int64_t x = 0; x < hq * d; ++x)
+                    poison_lost += ob[b * hq * d + x] != 0xFFFFu;
+                continue;
+            }
             for (int64_t j = 0; j < used[b]; ++j) {
                 const int64_t at = ((int64_t)table[b * kPerSeq + j / ps] * ps + j % ps) * hkv * d;
                 memcpy(kseq + j * hkv * d, kv + at, sizeof(float) * (size_t)(hkv * d));
@@ -918,14 +1152,17 @@ static void test_graph_replay(void **state)
             const double e = isfinite(num) ? sqrt(num / fmax(den, 1e-300)) : INFINITY;
             worst = e > worst ? e : worst;
         }
-        const int ok = worst <= FLOOR_BF16;
+        printf("graph replay %d: lengths %d %d %d%s", round, (int)used[0], (int)used[1],
+               (int)used[2], hostile ? ", sequence 1's page id out of range" : "");
+        const int records = records_ok(&plan, ws, hostile ? 1 : -1, FA2_VARLEN_PAGE_ID);
+        const int ok = worst <= FLOOR_BF16 && poison_lost == 0 && records;
         failed += !ok;
-        printf("graph replay %d: lengths %d %d %d, worst rel. error %.2e %s\n", round, (int)used[0],
-               (int)used[1], (int)used[2], worst, ok ? "PASS" : "FAIL");
+        printf(", worst rel. error %.2e, written_outside=%" PRId64 " %s\n", worst, poison_lost,
+               ok ? "PASS" : "FAIL");
     }
     cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(stream);
     cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(d_o), cudaFree(dkn), cudaFree(dvn);
-    cudaFree(dcu), cudaFree(dused), cudaFree(dslots), cudaFree(dtable);
+    cudaFree(dcu), cudaFree(dused), cudaFree(dslots), cudaFree(dtable), cudaFree(ws);
     free(kv), free(vv), free(qv), free(knew), free(vnew), free(kseq), free(vseq);
     free(kb), free(vb), free(qb), free(ob), free(knb), free(vnb), free(want);
     assert_int_equal(failed, 0);
@@ -953,6 +1190,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cache_write),
         cmocka_unit_test(test_graph_replay),
         cmocka_unit_test(test_packed_limits),
+        cmocka_unit_test(test_hostile_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,6 +73,10 @@ typedef struct fa2_params_t {
     float *d_sum;    /* workspace: rowsum(dO * O), contiguous [batch, heads_q, seqlen_q] */
     float *dq_accum; /* workspace: fp32 dQ / scale, [batch, heads_q, seqlen_q, head_dim];
                         NULL when dQ comes from the dQ kernel (no atomics) */
+
+    /* forward of a packed batch (else NULL): workspace, int32 [batch], each sequence's
+       fa2_varlen_check_t, written every call (kernels/common/varlen_check.cuh) */
+    int32_t *varlen_check;
 } fa2_params_t;
 
 /* The window the kernels run: -1 (unbounded) when it reaches past every key anyway

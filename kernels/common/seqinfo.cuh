@@ -21,11 +21,13 @@
 namespace fa2 {
 
 // One sequence of the call: its index, its first rows in Q/O and in K/V (0 for a dense
-// batch) and its lengths.
+// batch), its lengths, and for a packed batch the first metadata check it failed
+// (fa2_varlen_check_t; 0: passed).
 struct Sequence {
     int batch;
     int q_start, k_start;
     int seqlen_q, seqlen_k;
+    int check;
 };
 
 // How a kernel finds its sequences: compiled for dense or for packed batches (the
@@ -33,31 +35,38 @@ struct Sequence {
 // at run time from p.cu_seqlens_q (the backward: one kernel serves both).
 enum SeqMode { kDenseSeq, kPackedSeq, kPagedSeq, kAnySeq };
 
-// Sequence `batch`. Packed: from the offsets; a sequence whose offsets or lengths leave
-// the planned bounds (maximum lengths, the tensors' rows) gets seqlen_q = 0, and no
-// block reads or writes anything for it.
+// Sequence `batch`. Packed: from the offsets; a sequence that fails a check of its
+// offsets or lengths (fa2_varlen_check_t, in order; the page ids are checked by the
+// forward kernels, common/varlen_check.cuh) gets seqlen_q = seqlen_k = 0, so no block
+// reads or writes anything for it.
 template <int kMode>
 __device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
 {
-    Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k};
+    Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k, FA2_VARLEN_OK};
     if (kMode == kPackedSeq || kMode == kPagedSeq || (kMode == kAnySeq && p.cu_seqlens_q)) {
         s.q_start = p.cu_seqlens_q[batch];
-        s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_start;
-        bool k_in_bounds;
-        if (kMode == kPagedSeq) {  // keys from the sequence's pages: its own row 0 up
-            s.seqlen_k = p.seqused_k[batch];
-            k_in_bounds = s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
-                          s.seqlen_k <= static_cast<int64_t>(p.pages_per_seq) * p.page_size;
-        } else {
+        const int q_end = p.cu_seqlens_q[batch + 1];
+        s.seqlen_q = q_end - s.q_start;
+        int k_span = 0;  // the keys cu_seqlens_k gives the sequence
+        if (kMode != kPagedSeq) {
             s.k_start = p.cu_seqlens_k[batch];
-            s.seqlen_k =
-                p.seqused_k ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - s.k_start;
-            k_in_bounds = s.k_start >= 0 && s.seqlen_k >= 0 && s.seqlen_k <= p.seqlen_k &&
-                          s.k_start <= p.total_k - s.seqlen_k;
+            k_span = p.cu_seqlens_k[batch + 1] - s.k_start;
         }
-        const bool in_bounds = s.q_start >= 0 && s.seqlen_q >= 0 && s.seqlen_q <= p.seqlen_q &&
-                               s.q_start <= p.total_q - s.seqlen_q && k_in_bounds;
-        if (!in_bounds) s.seqlen_q = s.seqlen_k = 0;
+        s.seqlen_k = kMode == kPagedSeq || p.seqused_k ? p.seqused_k[batch] : k_span;
+        if (s.q_start < 0 || (batch == 0 && s.q_start != 0) || s.seqlen_q < 0 ||
+            q_end > p.total_q)
+            s.check = FA2_VARLEN_CU_SEQLENS_Q;
+        else if (s.seqlen_q > p.seqlen_q)
+            s.check = FA2_VARLEN_SEQLEN_Q;
+        else if (kMode != kPagedSeq &&
+                 (s.k_start < 0 || (batch == 0 && s.k_start != 0) || k_span < 0 ||
+                  s.k_start > p.total_k - k_span))
+            s.check = FA2_VARLEN_CU_SEQLENS_K;
+        else if (s.seqlen_k < 0 || s.seqlen_k > p.seqlen_k)
+            s.check = FA2_VARLEN_SEQLEN_K;
+        else if (kMode != kPagedSeq && s.seqlen_k > k_span)  // paged: the plan's pages
+            s.check = FA2_VARLEN_SEQUSED_K;                    // hold p.seqlen_k keys
+        if (s.check != FA2_VARLEN_OK) s.seqlen_q = s.seqlen_k = 0;
     }
     return s;
 }

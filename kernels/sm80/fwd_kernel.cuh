@@ -15,6 +15,7 @@
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
 #include "common/softmax.cuh"
+#include "common/varlen_check.cuh"
 #include "common/warp_gemm.cuh"
 
 namespace fa2 {
@@ -99,6 +100,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
                                   tid);
         cp_async_commit();
         advance_pages(n_block * Tr::kBlockN);
+        // A packed batch's checks: a failed sequence writes nothing (its first copies,
+        // already issued, read only in-range rows).
+        if constexpr (kMode != kDenseSeq) {
+            if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid)) {
+                cp_async_wait<0>();
+                return;
+            }
+        }
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
@@ -131,6 +140,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
             gemm_pb<Elem, Tr::kRowBytes, Tr::kMTiles, Tr::kDTiles, Tr::kBlockN / 16>(o, s, v_smem,
                                                                                  lane);
         }
+    } else if constexpr (kMode != kDenseSeq) {
+        if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid))
+            return;  // no key to visit; a failed sequence writes no output
     }
 
     float inv_sum[Tr::kMTiles][2], lse[Tr::kMTiles][2];

@@ -14,6 +14,7 @@
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
 #include "common/softmax.cuh"
+#include "common/varlen_check.cuh"
 #include "common/warp_gemm.cuh"
 #include "sm90/fwd_sm90_tiles.h"
 #include "sm90/wgmma.cuh"
@@ -121,6 +122,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
         load_k(k_smem, n_block * Tr::kBlockN);
         cp_async_commit();
         advance_pages(n_block * Tr::kBlockN);
+        // A packed batch's checks: a failed sequence writes nothing (its first copies,
+        // already issued, read only in-range rows).
+        if constexpr (kMode != kDenseSeq) {
+            if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid)) {
+                cp_async_wait<0>();
+                return;
+            }
+        }
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
@@ -168,6 +177,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             wgmma_wait<0>();
             reg_fence(o[0]);
         }
+    } else if constexpr (kMode != kDenseSeq) {
+        if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid))
+            return;  // no key to visit; a failed sequence writes no output
     }
 
     float inv_sum[1][2], lse[1][2];

@@ -77,7 +77,20 @@ STATUS_NAMES = {
     19: "FA2_ERROR_DEVICE_MISMATCH",
     20: "FA2_ERROR_RESERVED",
     21: "FA2_ERROR_UNSUPPORTED",
+    22: "FA2_ERROR_BAD_METADATA",
 }
+
+# fa2_varlen_check_t: the device metadata checks of a packed batch (fa2_varlen_check).
+VARLEN_CHECK_NAMES = {
+    0: "FA2_VARLEN_OK",
+    1: "FA2_VARLEN_CU_SEQLENS_Q",
+    2: "FA2_VARLEN_SEQLEN_Q",
+    3: "FA2_VARLEN_CU_SEQLENS_K",
+    4: "FA2_VARLEN_SEQLEN_K",
+    5: "FA2_VARLEN_SEQUSED_K",
+    6: "FA2_VARLEN_PAGE_ID",
+}
+globals().update({name: code for code, name in VARLEN_CHECK_NAMES.items()})
 globals().update({name: code for code, name in STATUS_NAMES.items()})
 
 # Limits fa2_plan enforces (FA2_MAX_* in include/fa2.h).
@@ -140,12 +153,15 @@ Fa2DeviceMismatch = _status_class(19, "Fa2DeviceMismatch",
                                   "the current device is not the one the plan was made for")
 Fa2Reserved = _status_class(20, "Fa2Reserved", "a reserved field is not zero")
 Fa2Unsupported = _status_class(21, "Fa2Unsupported", "a combination this version does not run")
+Fa2BadMetadata = _status_class(22, "Fa2BadMetadata",
+                               "a packed batch's device metadata failed a check")
 
 _EXCEPTIONS = {cls.status: cls for cls in (
     Fa2NullPointer, Fa2StructSize, Fa2InvalidSize, Fa2SizeOverflow, Fa2UnsupportedDtype,
     Fa2UnsupportedHeadDim, Fa2HeadsMismatch, Fa2BadStride, Fa2Misaligned, Fa2BadWindow,
     Fa2BadScale, Fa2UnsupportedDevice, Fa2SharedMemory, Fa2Workspace, Fa2NoDevice,
-    Fa2CudaError, Fa2Overlap, Fa2BadPlan, Fa2DeviceMismatch, Fa2Reserved, Fa2Unsupported)}
+    Fa2CudaError, Fa2Overlap, Fa2BadPlan, Fa2DeviceMismatch, Fa2Reserved, Fa2Unsupported,
+    Fa2BadMetadata)}
 __all__ += [cls.__name__ for cls in _EXCEPTIONS.values()]
 
 
@@ -306,8 +322,10 @@ class Library:
         c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
         c.fa2_backward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 13 + [sz, vp]
         c.fa2_backward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
+        c.fa2_varlen_check.argtypes = [ctypes.POINTER(PlanStruct), vp, sz,
+                                       ctypes.POINTER(_i64), ctypes.POINTER(ctypes.c_int)]
         for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_forward_varlen",
-                  "fa2_backward", "fa2_backward_varlen"):
+                  "fa2_backward", "fa2_backward_varlen", "fa2_varlen_check"):
             getattr(c, f).restype = ctypes.c_int
         # The mirrors must match the library's layout (the library writes struct_size).
         probe = Problem()
@@ -637,6 +655,24 @@ class Plan:
             ctypes.byref(self.raw), _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse),
             _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), _ptr(page_table),
             _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward_varlen")
+
+    def varlen_check(self, workspace, workspace_bytes=None):
+        """fa2_varlen_check: the metadata checks the last forward_varlen with this plan
+        and workspace wrote (synchronous: call once that work has finished). Returns
+        None when every sequence passed; raises Fa2BadMetadata naming the first sequence
+        that failed and its check (also as e.sequence and e.check)."""
+        if workspace_bytes is None:
+            workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) \
+                else self.raw.workspace_bytes
+        seq, check = _i64(-1), ctypes.c_int(0)
+        status = self.lib.cdll.fa2_varlen_check(ctypes.byref(self.raw), _ptr(workspace),
+                                                workspace_bytes, ctypes.byref(seq),
+                                                ctypes.byref(check))
+        try:
+            self.lib.check(status, "fa2_varlen_check")
+        except Fa2BadMetadata as e:
+            e.sequence, e.check = seq.value, VARLEN_CHECK_NAMES.get(check.value, check.value)
+            raise
 
     def backward_varlen(self, q, k, v, o, d_o, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
                         workspace, seqused_k=None, workspace_bytes=None, stream=None):
@@ -1147,8 +1183,10 @@ def _varlen_forward(q3, k3, v3, cu_q, cu_k, seqused_k, max_q, max_k, causal, win
     k_c, v_c = _varlen_inputs(k3, v3, q3)
     o = torch.empty(q3.shape, dtype=q3.dtype, device=q3.device)
     lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q3.device)
+    # the metadata checks' record (a failed sequence is skipped; not read back here)
+    workspace = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=q3.device)
     with torch.cuda.device(q3.device):
-        p.forward_varlen(q3, k_c, v_c, o, cu_q, cu_k, lse, seqused_k,
+        p.forward_varlen(q3, k_c, v_c, o, cu_q, cu_k, lse, seqused_k, workspace=workspace,
                          stream=torch.cuda.current_stream(q3.device))
     return o, lse
 
@@ -1214,7 +1252,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                             softmax_scale=None, causal=False, window_size=(-1, -1),
                             softcap=0.0, alibi_slopes=None, k=None, v=None, rotary_cos=None,
-                            rotary_sin=None, return_softmax_lse=False):
+                            rotary_sin=None, return_softmax_lse=False, *,
+                            check_metadata=False):
     """Attention over a paged KV cache in the shape of flash_attn.flash_attn_with_kvcache
     (forward only): q [batch, seqlen_q, heads_q, d]; k_cache / v_cache [num_pages,
     page_size, heads_kv, d] (any page size); cache_seqlens int32 [batch], each sequence's
@@ -1222,7 +1261,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     Causal masks and windows are bottom-right aligned (decode: the query rows are the
     last of each sequence). Returns o like q (and the LSE float32 [heads_q, batch *
     seqlen_q] with return_softmax_lse). Writing new keys into the cache (k, v), rotary
-    embeddings, softcap and ALiBi are refused."""
+    embeddings, softcap and ALiBi are refused. The library checks cache_seqlens and the
+    page ids on the GPU and skips a sequence that fails (its rows of o are not written);
+    check_metadata=True waits for the call and raises Fa2BadMetadata naming the first
+    such sequence (a host synchronisation: not for CUDA graphs)."""
     for name, arg in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
                       ("rotary_sin", rotary_sin), ("alibi_slopes", alibi_slopes)):
         if arg is not None:
@@ -1273,8 +1315,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     o = torch.empty(q3.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q.device) \
         if return_softmax_lse else None
+    workspace = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=q.device)
     with torch.cuda.device(q.device):
         p.forward_varlen(q3, k_cache, v_cache, o, cu_q, None, lse, cache_seqlens, block_table,
-                         stream=torch.cuda.current_stream(q.device))
+                         workspace=workspace, stream=torch.cuda.current_stream(q.device))
+        if check_metadata:
+            torch.cuda.current_stream(q.device).synchronize()
+            p.varlen_check(workspace)
     o = o.view(q.shape)
     return (o, lse) if return_softmax_lse else o

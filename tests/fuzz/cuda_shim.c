@@ -2,8 +2,8 @@
  *
  * Stands in for the kernel launchers (kernels/fwd_launch.cu, bwd_launch.cu,
  * cache_write.cu) and
- * the five CUDA runtime calls the host sources make (src/device.c, run_checks.c,
- * forward.c, backward.c), so that fuzz_plan links the real host C code without a GPU, nvcc
+ * the CUDA runtime calls the host sources make (src/device.c, run_checks.c,
+ * forward.c, backward.c, varlen_check.c), so that fuzz_plan links the real host C code without a GPU, nvcc
  * objects or libcudart. The harness sets what the fakes return and reads back what
  * the launchers were given (fuzz_shim.h). */
 #include <string.h>
@@ -38,6 +38,18 @@ int fa2_cache_write_launch(const fa2_cache_write_params_t *p, void *stream)
     g_shim.cache_calls++;
     memcpy(&g_shim.cache, p, sizeof *p);
     return g_shim.launch_error;
+}
+
+/* Device-to-host copies of the metadata records: 0, except bad_check at bad_sequence. */
+cudaError_t CUDARTAPI cudaMemcpy(void *dst, const void *src, size_t count,
+                                 enum cudaMemcpyKind kind)
+{
+    if (g_shim.memcpy_error || kind != cudaMemcpyDeviceToHost || count % 4)
+        return cudaErrorInvalidValue;
+    const int64_t first = ((const char *)src - g_shim.records) / 4;
+    for (size_t i = 0; i < count / 4; ++i)
+        ((int32_t *)dst)[i] = first + (int64_t)i == g_shim.bad_sequence ? g_shim.bad_check : 0;
+    return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaGetDeviceCount(int *count)

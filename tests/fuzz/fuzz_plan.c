@@ -35,6 +35,8 @@
  *    device against the plan's kernels); the launcher called exactly when it returns
  *    FA2_SUCCESS (or FA2_ERROR_CUDA), with parameters that match the plan (kernel_family
  *    and the clamped windows included).
+ *  - fa2_varlen_check on the workspace pointer: the modelled status, and the failing
+ *    sequence and check the shim's records hold (two input bytes) read back.
  *  - an edited copy of the plan: refused (FA2_ERROR_BAD_PLAN / STRUCT_SIZE) unless it is
  *    exactly fa2_plan's own; whatever reaches a launcher passes every plan invariant.
  *  - fa2_device_info_query: info untouched on failure, the fake's values on success. */
@@ -206,7 +208,7 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->smem_bytes > 0 && pl->smem_bytes <= dev->smem_per_block_optin);
     CHECK(pl->grid_blocks == q->batch * q->heads_q * ceil_div(q->seqlen_q, pl->block_m));
     CHECK(pl->grid_blocks >= 1 && pl->grid_blocks <= INT32_MAX);
-    CHECK(pl->workspace_bytes == 0);
+    CHECK(pl->workspace_bytes == (q->total_q ? 4 * q->batch : 0));
     CHECK(pl->block_m_rule >= FA2_RULE_SEED_SRAM && pl->block_m_rule <= FA2_RULE_KERNEL_TILE);
     CHECK(pl->block_n_rule >= FA2_RULE_SEED_SRAM && pl->block_n_rule <= FA2_RULE_KERNEL_TILE);
     CHECK(pl->sram_elements == dev->smem_per_block_optin / 2);
@@ -369,7 +371,8 @@ static fa2_status_t device_status(const fa2_plan_t *pl, int backward)
 /* fa2_forward (varlen = 0) or fa2_forward_varlen (varlen = 1; the offsets from pb[5..7]:
  * cu_seqlens_q, cu_seqlens_k, seqused_k, 4-byte aligned, the first two required). Each
  * refuses the other's plans (dense / packed). */
-static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fails, int varlen)
+static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_bytes,
+                         int launch_fails, int varlen)
 {
     const fa2_problem_t *pr = &pl->problem;
     void *q = fake_ptr(pb[0], 0), *k = fake_ptr(pb[1], 1), *v = fake_ptr(pb[2], 2),
@@ -379,6 +382,7 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
                   *cu_k = varlen ? fake_ptr(pb[6], 6) : NULL,
                   *used = varlen ? fake_ptr(pb[7], 7) : NULL,
                   *pages = varlen ? fake_ptr(pb[8], 8) : NULL;
+    void *ws = fake_ptr(pb[14], 14);
     const int paged = pr->page_size != 0;
     fa2_status_t want = FA2_SUCCESS, got;
     int launches = 0;
@@ -396,10 +400,20 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
     else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
              misaligned(o, 16) || misaligned(lse, 4))
         want = FA2_ERROR_MISALIGNED;
+    else if (ws_bytes < (uint64_t)pl->workspace_bytes || (pl->workspace_bytes > 0 && !ws))
+        want = FA2_ERROR_WORKSPACE;
+    else if (misaligned(ws, 4))
+        want = FA2_ERROR_MISALIGNED;
     else {
-        const span_t out[2] = {SPAN_O(o, pr), SPAN_LSE(lse, pr)};
-        const span_t in[3] = {SPAN_Q(q, pr), SPAN_K(k, pr), SPAN_V(v, pr)};
-        if (any_overlap(out, 2, in, 3))
+        const int64_t b = pr->batch;
+        const span_t out[3] = {SPAN_O(o, pr), SPAN_LSE(lse, pr),
+                               span(ws, 1, pl->workspace_bytes, 1, 1, 0, 1, 0, 1)};
+        const span_t in[7] = {SPAN_Q(q, pr), SPAN_K(k, pr), SPAN_V(v, pr),
+                              span(cu_q, 1, (b + 1) * 4, 1, 1, 0, 1, 0, 1),
+                              span(paged ? NULL : cu_k, 1, (b + 1) * 4, 1, 1, 0, 1, 0, 1),
+                              span(used, 1, b * 4, 1, 1, 0, 1, 0, 1),
+                              span(pages, 1, b * pr->pages_per_seq * 4, 1, 1, 0, 1, 0, 1)};
+        if (any_overlap(out, 3, in, 7))
             want = FA2_ERROR_OVERLAP;
         else if ((want = device_status(pl, 0)) == FA2_SUCCESS) {
             launches = 1;
@@ -408,9 +422,9 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
         }
     }
     g_shim.fwd_calls = 0;
-    got = varlen ? fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, pages, NULL, 0,
-                                      NULL)
-                 : fa2_forward(pl, q, k, v, o, lse, NULL, 0, NULL);
+    got = varlen ? fa2_forward_varlen(pl, q, k, v, o, lse, cu_q, cu_k, used, pages, ws,
+                                      (size_t)ws_bytes, NULL)
+                 : fa2_forward(pl, q, k, v, o, lse, ws, (size_t)ws_bytes, NULL);
     CHECK(got == want);
     CHECK(g_shim.fwd_calls == launches);
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
@@ -422,7 +436,45 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, int launch_fai
         CHECK(g_shim.fwd.cu_seqlens_q == cu_q && g_shim.fwd.seqused_k == used);
         CHECK(g_shim.fwd.cu_seqlens_k == (paged ? NULL : cu_k));
         CHECK(g_shim.fwd.page_table == (paged ? pages : NULL));
+        CHECK(g_shim.fwd.varlen_check == (varlen ? ws : NULL));
     }
+}
+
+/* fa2_varlen_check on the workspace pointer byte: the status the model predicts, and the
+ * shim's records read back (sequence `bad` failing `check`, from the input). */
+static void fuzz_varlen_check(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_bytes,
+                              uint8_t bad, uint8_t check, int copy_fails)
+{
+    const fa2_problem_t *pr = &pl->problem;
+    void *ws = fake_ptr(pb[14], 14);
+    g_shim.records = ws;
+    g_shim.bad_sequence = bad == 0xFF ? -1 : bad % (pr->batch + 1); /* batch: none */
+    g_shim.bad_check = 1 + check % 6;
+    g_shim.memcpy_error = copy_fails;
+    fa2_status_t want;
+    if (!ws)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (!pr->total_q)
+        want = FA2_ERROR_UNSUPPORTED;
+    else if (ws_bytes < (uint64_t)pl->workspace_bytes)
+        want = FA2_ERROR_WORKSPACE;
+    else if (misaligned(ws, 4))
+        want = FA2_ERROR_MISALIGNED;
+    else if (copy_fails)
+        want = FA2_ERROR_CUDA;
+    else if (g_shim.bad_sequence >= 0 && g_shim.bad_sequence < pr->batch)
+        want = FA2_ERROR_BAD_METADATA;
+    else
+        want = FA2_SUCCESS;
+    int64_t seq = -7;
+    fa2_varlen_check_t got_check = (fa2_varlen_check_t)-7;
+    const fa2_status_t got = fa2_varlen_check(pl, ws, (size_t)ws_bytes, &seq, &got_check);
+    CHECK(got == want);
+    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
+    if (got == FA2_ERROR_BAD_METADATA)
+        CHECK(seq == g_shim.bad_sequence && (int32_t)got_check == g_shim.bad_check);
+    else
+        CHECK(seq == -1 && got_check == FA2_VARLEN_OK);
 }
 
 /* fa2_backward (varlen = 0) or fa2_backward_varlen (varlen = 1; offsets from pb[0..2],
@@ -661,15 +713,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&plan, 0xA5, sizeof plan);
     poison = plan;
     s = fa2_plan(&pr, &dev, &plan);
-    CHECK(s >= FA2_SUCCESS && s <= FA2_ERROR_UNSUPPORTED);
+    CHECK(s >= FA2_SUCCESS && s <= FA2_ERROR_UNSUPPORTED);  /* fa2_plan never says BAD_METADATA */
     if (s != FA2_SUCCESS) {
         CHECK(memcmp(&plan, &poison, sizeof plan) == 0);
         CHECK(fa2_last_error()[0] != '\0');
         CHECK(strcmp(fa2_status_string(s), "unknown fa2_status_t") != 0);
     } else {
         check_plan(&pr, &dev, &plan);
-        fuzz_forward(&plan, ptrs, flags & 8, 0);
-        fuzz_forward(&plan, ptrs, flags & 8, 1);
+        fuzz_forward(&plan, ptrs, ws_bytes, flags & 8, 0);
+        fuzz_forward(&plan, ptrs, ws_bytes, flags & 8, 1);
+        fuzz_varlen_check(&plan, ptrs, ws_bytes, edits[0], edits[1], flags & 8);
         fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 0);
         fuzz_backward(&plan, ptrs, ws_bytes, flags & 8, 1);
         fuzz_cache_write(&plan, ptrs, ws_bytes, flags & 8);

@@ -12,6 +12,10 @@ typedef struct fuzz_shim_t {
     int attr_error;     /* cudaDeviceGetAttribute */
     int device_error;   /* cudaGetDevice */
     int attr[5];        /* cc major, cc minor, SMs, smem optin, smem per SM */
+    int memcpy_error;   /* cudaMemcpy (fa2_varlen_check's copy) */
+    const char *records;      /* the fake device address of the metadata records */
+    int64_t bad_sequence;     /* the record that holds bad_check (others 0) */
+    int32_t bad_check;
     /* what the launchers saw */
     int fwd_calls, bwd_calls, cache_calls;
     fa2_params_t fwd;

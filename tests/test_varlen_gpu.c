@@ -628,7 +628,8 @@ static void hostile_edit(int edit, int32_t *cu_q, int32_t *cu_k, int32_t *used, 
 
 static const hostile_case_t hostile_cases[] = {
     {"cu_seqlens_q[0] = 1", 0, 1, 0, FA2_VARLEN_CU_SEQLENS_Q, 1, 0xE},
-    {"cu_seqlens_q decreasing", 0, 2, 2, FA2_VARLEN_CU_SEQLENS_Q, 0, 0x9},
+    /* sequence 1 then ends past sequence 3's first row: those rows are both's */
+    {"cu_seqlens_q decreasing", 0, 2, 2, FA2_VARLEN_CU_SEQLENS_Q, 0, 0x1},
     {"cu_seqlens_q past total_q", 0, 3, 3, FA2_VARLEN_CU_SEQLENS_Q, 1, 0x7},
     {"cu_seqlens_k decreasing", 0, 4, 2, FA2_VARLEN_CU_SEQLENS_K, 1, 0x3},
     {"seqused_k above its keys", 0, 5, 1, FA2_VARLEN_SEQUSED_K, 1, 0xD},

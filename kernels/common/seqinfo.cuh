@@ -35,15 +35,32 @@ struct Sequence {
 // at run time from p.cu_seqlens_q (the backward: one kernel serves both).
 enum SeqMode { kDenseSeq, kPackedSeq, kPagedSeq, kAnySeq };
 
-// Sequence `batch`. Packed: from the offsets; a sequence that fails a check of its
-// offsets or lengths (fa2_varlen_check_t, in order; the page ids are checked by the
-// forward kernels, common/varlen_check.cuh) gets seqlen_q = seqlen_k = 0, so no block
-// reads or writes anything for it.
+// Sequence `batch`. The forward's packed and paged kernels: from the offsets, checked
+// (fa2_varlen_check_t, in order; the page ids are checked by the kernels,
+// common/varlen_check.cuh): a sequence that fails a check gets seqlen_q = seqlen_k = 0,
+// so no block reads or writes anything for it. The backward (kAnySeq, also the dense
+// backward's kernel): only the bounds that keep it inside the tensors, with no record
+// to write and the dense path's code as it was.
 template <int kMode>
 __device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
 {
     Sequence s = {batch, 0, 0, p.seqlen_q, p.seqlen_k, FA2_VARLEN_OK};
-    if (kMode == kPackedSeq || kMode == kPagedSeq || (kMode == kAnySeq && p.cu_seqlens_q)) {
+    if constexpr (kMode == kAnySeq) {
+        if (p.cu_seqlens_q) {
+            s.q_start = p.cu_seqlens_q[batch];
+            s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_start;
+            s.k_start = p.cu_seqlens_k[batch];
+            s.seqlen_k =
+                p.seqused_k ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - s.k_start;
+            const bool k_in_bounds = s.k_start >= 0 && s.seqlen_k >= 0 &&
+                                     s.seqlen_k <= p.seqlen_k &&
+                                     s.k_start <= p.total_k - s.seqlen_k;
+            const bool in_bounds = s.q_start >= 0 && s.seqlen_q >= 0 &&
+                                   s.seqlen_q <= p.seqlen_q &&
+                                   s.q_start <= p.total_q - s.seqlen_q && k_in_bounds;
+            if (!in_bounds) s.seqlen_q = s.seqlen_k = 0;
+        }
+    } else if constexpr (kMode != kDenseSeq) {
         s.q_start = p.cu_seqlens_q[batch];
         const int q_end = p.cu_seqlens_q[batch + 1];
         s.seqlen_q = q_end - s.q_start;

@@ -322,10 +322,12 @@ class Library:
         c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
         c.fa2_backward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 13 + [sz, vp]
         c.fa2_backward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
-        c.fa2_varlen_check.argtypes = [ctypes.POINTER(PlanStruct), vp, sz,
-                                       ctypes.POINTER(_i64), ctypes.POINTER(ctypes.c_int)]
+        if hasattr(c, "fa2_varlen_check"):  # not in a library older than the binding
+            c.fa2_varlen_check.argtypes = [ctypes.POINTER(PlanStruct), vp, sz,
+                                           ctypes.POINTER(_i64), ctypes.POINTER(ctypes.c_int)]
+            c.fa2_varlen_check.restype = ctypes.c_int
         for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_forward_varlen",
-                  "fa2_backward", "fa2_backward_varlen", "fa2_varlen_check"):
+                  "fa2_backward", "fa2_backward_varlen"):
             getattr(c, f).restype = ctypes.c_int
         # The mirrors must match the library's layout (the library writes struct_size).
         probe = Problem()

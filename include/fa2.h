@@ -200,8 +200,9 @@ typedef struct fa2_problem_t {
  * skipped, its O and LSE rows (and in the backward its dQ, dK and dV rows) not written,
  * and the forward records which check it failed in the workspace; the other sequences
  * are computed. fa2_varlen_check reads the record. The backward: fa2_backward_varlen
- * with the forward's offsets; it skips the same sequences without a record, and writes
- * dQ rows that belong to no sequence (e.g. spare rows past the last offset) as 0.
+ * with the forward's offsets (checked by the forward first); it skips, without a record,
+ * a sequence whose offsets or lengths leave the planned bounds or the tensors, and
+ * writes dQ rows that belong to no sequence (e.g. spare rows past the last offset) as 0.
  *
  * Paged K/V (page_size >= 1, a packed batch): K and V are [num_pages, page_size,
  * heads_kv, head_dim] with free strides (k/v_batch_stride is the page stride, k/v_seq_stride

@@ -133,6 +133,29 @@ static int records_ok(const fa2_plan_t *plan, const void *ws, int bad, int32_t w
     return wrong == 0 && agrees;
 }
 
+/* fa2_forward_varlen, then O and the LSE back to the host (ob: nq elements, lse: n_lse).
+ * 0 (and a FAIL line) when the call is refused. */
+static int forward_and_download(const fa2_plan_t *plan, const void *dq, const void *dk,
+                                const void *dv, void *d_o, float *dlse, const int32_t *dcu_q,
+                                const int32_t *dcu_k, const int32_t *dused,
+                                const int32_t *dtable, void *ws, uint16_t *ob, float *lse,
+                                int64_t nq, int64_t n_lse)
+{
+    const fa2_status_t st = fa2_forward_varlen(plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k, dused,
+                                               dtable, ws, (size_t)plan->workspace_bytes, NULL);
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
+               fa2_last_error());
+        return 0;
+    }
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(ob, d_o, 2 * (size_t)nq, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(lse, dlse, sizeof(float) * (size_t)n_lse,
+                                cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    return 1;
+}
+
 /* A packed batch on the device after its forward, for the backward check. */
 typedef struct packed_t {
     const varlen_case_t *c;
@@ -310,20 +333,10 @@ static int run_case(long index, const varlen_case_t *c)
     int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dcu_k = upload(cu_k, sizeof cu_k),
             *dused = upload(used, sizeof used);
     void *ws = upload(NULL, (size_t)plan.workspace_bytes);
-    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k,
-                            c->extra_k ? dused : NULL, NULL, ws, (size_t)plan.workspace_bytes,
-                            NULL);
     int pass = 0;
-    if (st != FA2_SUCCESS) {
-        printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
-               fa2_last_error());
+    if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k,
+                              c->extra_k ? dused : NULL, NULL, ws, ob, lse, nq, n_lse))
         goto cleanup;
-    }
-    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    assert_int_equal(cudaMemcpy(ob, d_o, 2 * (size_t)nq, cudaMemcpyDeviceToHost), cudaSuccess);
-    assert_int_equal(cudaMemcpy(lse, dlse, sizeof(float) * (size_t)n_lse,
-                                cudaMemcpyDeviceToHost),
-                     cudaSuccess);
 
     /* Per sequence: the oracle on that sequence alone; O gathered into packed order. */
     int64_t nonfinite = 0, masked_nonzero = 0, poison_lost = 0, lse_bad = 0;
@@ -866,19 +879,10 @@ static int run_paged_case(long index, const paged_case_t *c)
     int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dused = upload(used, sizeof used),
             *dtable = upload(table, sizeof(int32_t) * (size_t)(n * pages_per_seq));
     void *ws = upload(NULL, (size_t)plan.workspace_bytes);
-    st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws,
-                            (size_t)plan.workspace_bytes, NULL);
     int pass = 0;
-    if (st != FA2_SUCCESS) {
-        printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
-               fa2_last_error());
+    if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws, ob,
+                              lse, nq, n_lse))
         goto cleanup;
-    }
-    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    assert_int_equal(cudaMemcpy(ob, d_o, 2 * (size_t)nq, cudaMemcpyDeviceToHost), cudaSuccess);
-    assert_int_equal(cudaMemcpy(lse, dlse, sizeof(float) * (size_t)n_lse,
-                                cudaMemcpyDeviceToHost),
-                     cudaSuccess);
     int64_t nonfinite = 0, poison_lost = 0, lse_bad = 0;
     for (int b = 0; b < n; ++b) {
         const int64_t lq = c->len_q[b], lk = c->len_k[b], q0 = cu_q[b];

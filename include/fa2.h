@@ -86,10 +86,12 @@ typedef enum fa2_status_t {
 #define FA2_MAX_SEQLEN 4194304            /* 2^22: seqlen_q, seqlen_k */
 #define FA2_MAX_WINDOW 2147483647         /* window_left, window_right */
 #define FA2_MAX_SOFTMAX_SCALE 65536.0f    /* softmax_scale */
+#define FA2_MAX_COMBINE_PARTS 65536       /* fa2_combine_problem_t.parts */
 
 typedef enum fa2_dtype_t {
     FA2_DTYPE_FP16 = 1, /* IEEE binary16 */
-    FA2_DTYPE_BF16 = 2  /* bfloat16 */
+    FA2_DTYPE_BF16 = 2, /* bfloat16 */
+    FA2_DTYPE_FP32 = 3  /* IEEE binary32: fa2_combine's partial results and output only */
 } fa2_dtype_t;
 
 /* Version of the library actually linked, as FA2_VERSION_NUMBER. Compare with the
@@ -360,6 +362,51 @@ FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, c
 FA2_API fa2_status_t fa2_varlen_check(const fa2_plan_t *plan, const void *workspace,
                                       size_t workspace_bytes, int64_t *sequence,
                                       fa2_varlen_check_t *check);
+
+/* ---------------------------------------------------------------------------------
+ * Merging partial results. Attention computed over separate key ranges (a shared prefix
+ * and each sequence's own suffix, context parallelism across GPUs, split-KV) gives each
+ * range i its own O_i and LSE_i; fa2_combine merges them into the attention over all
+ * the keys, row by row and head by head (natural log, as libfa2's LSE):
+ *   LSE = log(sum_i exp(LSE_i)),   O = sum_i exp(LSE_i - LSE) * O_i
+ * A part with LSE_i = -inf (no key visible to the row) weighs 0; a row whose parts are
+ * all -inf gets O = 0 and LSE = -inf.
+ * ------------------------------------------------------------------------------ */
+typedef struct fa2_combine_problem_t {
+    size_t struct_size;  /* sizeof(fa2_combine_problem_t), set by fa2_combine_problem_init */
+    int32_t parts_dtype; /* fa2_dtype_t of the O_i: FA2_DTYPE_FP32, FP16 or BF16 */
+    int32_t dtype;       /* fa2_dtype_t of O: FA2_DTYPE_FP32, FP16 or BF16 */
+    int64_t parts;       /* N, in [1, FA2_MAX_COMBINE_PARTS] */
+    int64_t rows;        /* query rows, in [1, 2^31 - 1] */
+    int64_t heads;       /* in [1, 2^31 - 1]; rows * heads * head_dim / 8 <= 2^31 - 1 */
+    int64_t head_dim;    /* a multiple of 8 in [8, 256] */
+    /* Strides in elements (O's: multiples of 8, so rows stay 16-byte aligned; the
+     * LSEs' (float32): any), non-negative. O must not repeat an address. */
+    int64_t o_parts_part_stride, o_parts_row_stride, o_parts_head_stride;
+    int64_t lse_parts_part_stride, lse_parts_row_stride, lse_parts_head_stride;
+    int64_t o_row_stride, o_head_stride;
+    int64_t lse_row_stride, lse_head_stride;
+} fa2_combine_problem_t;
+
+/* Sets struct_size, the sizes and dtypes, and contiguous strides: O_i [parts, rows,
+ * heads, head_dim], LSE_i float32 [parts, heads, rows] (each part laid out as the LSE of
+ * a batch-1 or packed forward), O [rows, heads, head_dim], LSE [heads, rows]. Does not
+ * validate (fa2_combine does). A NULL `problem` is a harmless no-op. */
+FA2_API void fa2_combine_problem_init(fa2_combine_problem_t *problem, fa2_dtype_t parts_dtype,
+                                      fa2_dtype_t dtype, int64_t parts, int64_t rows,
+                                      int64_t heads, int64_t head_dim);
+
+/* Merges the N partial results o_parts / lse_parts (device pointers, laid out as
+ * `problem` says) into o and, when lse is not NULL, lse, on `stream`, asynchronously,
+ * in one kernel (fp32 arithmetic). o_parts and o 16-byte aligned, the LSEs 4-byte
+ * aligned; o and lse may overlap neither each other nor the parts. Graph-capturable.
+ * Returns FA2_ERROR_NULL_POINTER (problem, o_parts, lse_parts, o), FA2_ERROR_STRUCT_SIZE,
+ * FA2_ERROR_UNSUPPORTED_DTYPE, FA2_ERROR_INVALID_SIZE (parts, rows, heads),
+ * FA2_ERROR_UNSUPPORTED_HEAD_DIM, FA2_ERROR_BAD_STRIDE, FA2_ERROR_SIZE_OVERFLOW,
+ * FA2_ERROR_MISALIGNED, FA2_ERROR_OVERLAP (also O's strides repeating an address),
+ * FA2_ERROR_NO_DEVICE, FA2_ERROR_CUDA; nothing is written on failure. */
+FA2_API fa2_status_t fa2_combine(const fa2_combine_problem_t *problem, const void *o_parts,
+                                 const float *lse_parts, void *o, float *lse, void *stream);
 
 /* Writes new key and value rows into a paged plan's cache (what an engine runs before
  * attention each step), on `stream`, asynchronously: row t of k_new and v_new

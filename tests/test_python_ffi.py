@@ -363,7 +363,8 @@ class Errors(unittest.TestCase):
         for code, name in checks.items():
             self.assertEqual(getattr(fa2, name), code)
         limits = dict(re.findall(r"#define FA2_(MAX_\w+) ([0-9.]+)f?", text))
-        self.assertEqual(set(limits), {"MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE"})
+        self.assertEqual(set(limits), {"MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
+                                       "MAX_COMBINE_PARTS"})
         for name, value in limits.items():
             self.assertEqual(getattr(fa2, name), float(value), name)
 

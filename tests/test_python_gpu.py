@@ -404,6 +404,51 @@ def varlen_cases():
     return passed, n
 
 
+def combine_cases():
+    """fa2.combine: the attention of two key ranges (libfa2's forward with return_lse on
+    each), merged, against one forward over all the keys; and random float32 parts with
+    an empty (-inf) part against torch's logsumexp merge."""
+    passed = n = 0
+    torch.manual_seed(3)
+    q = torch.randn(1, 70, 4, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 250, 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    parts = [fa2.forward(q, k[:, a:b], v[:, a:b], return_lse=True) for a, b in ((0, 90),
+                                                                              (90, 250))]
+    o_parts = torch.stack([o[0] for o, _ in parts])        # [2, rows, heads, d]
+    lse_parts = torch.stack([lse[0] for _, lse in parts])  # [2, heads, rows]
+    n += 1
+    try:
+        o, lse = fa2.combine(o_parts, lse_parts)
+        full, full_lse = fa2.forward(q, k, v, return_lse=True)
+        ref = reference(q, k, v, False)
+        err, full_err = rel(o[None], ref), rel(full, ref)
+        lse_err = (lse - full_lse[0]).abs().max().item()
+        ok = err <= max(2 * full_err, TOL) and lse_err < 1e-3
+        passed += ok
+        print(f"{'PASS' if ok else 'FAIL'} combine two key ranges: o {err:.1e} (one forward "
+              f"{full_err:.1e}), lse {lse_err:.1e}", flush=True)
+    except fa2.Fa2Error as e:
+        print(f"FAIL combine two key ranges  {type(e).__name__}: {e}", flush=True)
+    n += 1
+    o_parts = torch.randn(3, 9, 2, 32, device="cuda")
+    lse_parts = torch.randn(3, 2, 9, device="cuda") * 3
+    lse_parts[1, :, 4] = float("-inf")
+    o_parts[1, 4] = float("nan")  # an empty part weighs nothing
+    try:
+        o, lse = fa2.combine(o_parts, lse_parts, torch.float32)
+        want_lse = torch.logsumexp(lse_parts, 0)
+        w = torch.exp(lse_parts - want_lse).permute(0, 2, 1)[..., None]  # [3, rows, heads, 1]
+        want = (torch.nan_to_num(o_parts) * w).sum(0)
+        ok = rel(o, want) < 1e-5 and (lse - want_lse).abs().max().item() < 1e-5
+        passed += ok
+        print(f"{'PASS' if ok else 'FAIL'} combine float32 parts with an empty part: o "
+              f"{rel(o, want):.1e}", flush=True)
+    except fa2.Fa2Error as e:
+        print(f"FAIL combine float32 parts  {type(e).__name__}: {e}", flush=True)
+    return passed, n
+
+
 def kvcache_cases():
     """flash_attn_with_kvcache: decode and a few query rows per sequence over a paged
     cache of shuffled pages (page sizes 16, 64, 17), against the float32 SDPA reference
@@ -553,7 +598,7 @@ def main():
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
     total = len(cases) + 1
     for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases,
-                  varlen_cases, kvcache_cases, compile_cases):
+                  varlen_cases, kvcache_cases, combine_cases, compile_cases):
         passed, n = group()
         failed += n - passed
         total += n

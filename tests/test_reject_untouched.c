@@ -1,5 +1,5 @@
-/* Every rejection of fa2_plan, fa2_forward, fa2_forward_varlen, fa2_backward and
- * fa2_device_info_query in one loop: each case breaks one thing, expects its status and
+/* Every rejection of fa2_plan, fa2_forward, fa2_forward_varlen, fa2_backward,
+ * fa2_combine and fa2_device_info_query in one loop: each case breaks one thing, expects its status and
  * a message naming it,
  * and checks that every output the call could write (the plan; O and LSE; dQ, dK, dV
  * and the workspace; the device info), poisoned beforehand, is byte-identical
@@ -522,6 +522,76 @@ static void test_packed_rejections(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* ---- fa2_combine: each field or pointer broken once -------------------------------- */
+
+/* fa2_combine(problem, g_q as the parts, g_lse as their LSEs, o, lse): 1 when the status
+ * and message are as expected and every output is untouched. */
+static int expect_combine_fail(const char *what, const fa2_combine_problem_t *p, void *o,
+                               float *lse, fa2_status_t want, const char *says)
+{
+    for (int i = 0; i < N_OUTPUTS; ++i)
+        memset(g_outputs[i], 0xEE, BUF);
+    const fa2_status_t s = fa2_combine(p, g_q, (const float *)(void *)g_k, o, lse, NULL);
+    const char *m = fa2_last_error();
+    int written = 0;
+    for (int i = 0; i < N_OUTPUTS; ++i)
+        for (size_t t = 0; t < BUF; ++t)
+            written |= g_outputs[i][t] != 0xEE;
+    const int ok = s == want && strstr(m, says) && !written;
+    printf("reject %3d: fa2_combine %-45s -> %s \"%s\"%s %s\n", ++g_case, what,
+           fa2_status_string(s), m, written ? " [wrote an output]" : "", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+static fa2_combine_problem_t combine_base(void)
+{
+    fa2_combine_problem_t p;
+    fa2_combine_problem_init(&p, FA2_DTYPE_FP32, FA2_DTYPE_BF16, 3, 5, 2, 64);
+    return p;
+}
+
+static void test_combine_rejections(void **state)
+{
+    (void)state;
+    int failed = 0;
+    float *lse = (float *)(void *)g_lse;
+    fa2_combine_problem_t p = combine_base();
+    failed += !expect_combine_fail("problem=NULL", NULL, g_o, lse, FA2_ERROR_NULL_POINTER,
+                                   "problem is NULL");
+    failed += !expect_combine_fail("o=NULL", &p, NULL, lse, FA2_ERROR_NULL_POINTER,
+                                   "o is NULL");
+#define COMBINE_CASE(field, value, want, says)                                            \
+    p = combine_base(), p.field = (value);                                                 \
+    failed += !expect_combine_fail(#field "=" #value, &p, g_o, lse, want, says)
+    COMBINE_CASE(struct_size, 0, FA2_ERROR_STRUCT_SIZE, "struct_size=0");
+    COMBINE_CASE(parts_dtype, 9, FA2_ERROR_UNSUPPORTED_DTYPE, "parts_dtype=9");
+    COMBINE_CASE(dtype, 0, FA2_ERROR_UNSUPPORTED_DTYPE, "dtype=0");
+    COMBINE_CASE(parts, 0, FA2_ERROR_INVALID_SIZE, "parts=0");
+    COMBINE_CASE(parts, FA2_MAX_COMBINE_PARTS + 1, FA2_ERROR_INVALID_SIZE, "parts=65537");
+    COMBINE_CASE(rows, I32MAX + 1, FA2_ERROR_INVALID_SIZE, "rows=2147483648");
+    COMBINE_CASE(heads, -1, FA2_ERROR_INVALID_SIZE, "heads=-1");
+    COMBINE_CASE(head_dim, 12, FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=12");
+    COMBINE_CASE(head_dim, 264, FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=264");
+    p = combine_base(), p.rows = I32MAX, p.heads = 64; /* 2^31 - 1 rows x 64 heads x 8 */
+    failed += !expect_combine_fail("rows=2^31-1 heads=64 (grid)", &p, g_o, lse,
+                                   FA2_ERROR_INVALID_SIZE, "thread blocks");
+    COMBINE_CASE(o_parts_row_stride, 12, FA2_ERROR_BAD_STRIDE, "o_parts_row_stride=12");
+    COMBINE_CASE(lse_parts_part_stride, -1, FA2_ERROR_BAD_STRIDE, "lse_parts_part_stride=-1");
+    COMBINE_CASE(o_head_stride, 4, FA2_ERROR_BAD_STRIDE, "o_head_stride=4");
+    COMBINE_CASE(o_parts_part_stride, INT64_C(1) << 62, FA2_ERROR_SIZE_OVERFLOW, "overflows");
+    COMBINE_CASE(o_head_stride, 0, FA2_ERROR_OVERLAP, "repeat an address");
+    COMBINE_CASE(lse_row_stride, 0, FA2_ERROR_OVERLAP, "lse's strides");
+#undef COMBINE_CASE
+    p = combine_base();
+    failed += !expect_combine_fail("o misaligned (+2)", &p, MIS(g_o, 2), lse,
+                                   FA2_ERROR_MISALIGNED, "o=");
+    failed += !expect_combine_fail("o overlaps o_parts", &p, g_q, lse, FA2_ERROR_OVERLAP,
+                                   "o_parts");
+    failed += !expect_combine_fail("lse overlaps o", &p, g_o, (float *)(void *)(g_o + 64),
+                                   FA2_ERROR_OVERLAP, "lse");
+    assert_int_equal(failed, 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -543,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_backward_rejections),
         cmocka_unit_test(test_packed_rejections),
         cmocka_unit_test(test_device_query_rejections),
+        cmocka_unit_test(test_combine_rejections),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

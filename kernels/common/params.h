@@ -109,6 +109,22 @@ typedef struct fa2_cache_write_params_t {
     int32_t page_size, heads_kv, head_dim, reserved0;
 } fa2_cache_write_params_t;
 
+/* fa2_combine's arguments (checked by src/combine.c); strides in elements. */
+typedef struct fa2_combine_params_t {
+    const void *o_parts;
+    const float *lse_parts;
+    void *o;
+    float *lse; /* NULL: not written */
+    int64_t o_parts_part_stride, o_parts_row_stride, o_parts_head_stride;
+    int64_t lse_parts_part_stride, lse_parts_row_stride, lse_parts_head_stride;
+    int64_t o_row_stride, o_head_stride, lse_row_stride, lse_head_stride;
+    int64_t rows;
+    int32_t parts, heads, head_dim, parts_dtype, dtype, reserved0;
+} fa2_combine_params_t;
+
+/* Launches the combine kernel on `stream`. Returns a cudaError_t value. */
+int fa2_combine_launch(const fa2_combine_params_t *p, void *stream);
+
 /* Launches the cache-write kernel on `stream`. Returns a cudaError_t value. */
 int fa2_cache_write_launch(const fa2_cache_write_params_t *p, void *stream);
 

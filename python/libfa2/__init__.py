@@ -44,8 +44,9 @@ __all__ = [
     "Library", "load_library", "library", "version", "build_info", "status_string", "device_info",
     "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
     "attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
-    "DTYPE_FP16", "DTYPE_BF16", "MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
-    "STRUCT_MIRRORS", "plan_for", "repeats_addresses",
+    "DTYPE_FP16", "DTYPE_BF16", "DTYPE_FP32", "MAX_SEQLEN", "MAX_WINDOW",
+    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "STRUCT_MIRRORS", "plan_for",
+    "repeats_addresses", "CombineProblem", "combine",
 ]
 
 # ---------------------------------------------------------------------------------
@@ -53,6 +54,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------
 DTYPE_FP16 = 1
 DTYPE_BF16 = 2
+DTYPE_FP32 = 3  # fa2_combine only
 
 STATUS_NAMES = {
     0: "FA2_SUCCESS",
@@ -97,6 +99,7 @@ globals().update({name: code for code, name in STATUS_NAMES.items()})
 MAX_SEQLEN = 1 << 22         # seqlen_q, seqlen_k
 MAX_WINDOW = 2147483647      # window_left, window_right
 MAX_SOFTMAX_SCALE = 65536.0  # softmax_scale
+MAX_COMBINE_PARTS = 65536    # fa2_combine_problem_t.parts
 
 
 # ---------------------------------------------------------------------------------
@@ -221,10 +224,19 @@ class PlanStruct(ctypes.Structure):
                    ("fwd_arch", _i32), ("bwd_arch", _i32), ("device", DeviceInfo)])
 
 
+class CombineProblem(ctypes.Structure):
+    """fa2_combine_problem_t. Made by combine() from tensors (or Library.combine_problem_init)."""
+    _fields_ = ([("struct_size", ctypes.c_size_t), ("parts_dtype", _i32), ("dtype", _i32)]
+                + [(n, _i64) for n in ("parts", "rows", "heads", "head_dim")]
+                + [(f"{t}_{s}_stride", _i64) for t in ("o_parts", "lse_parts")
+                   for s in ("part", "row", "head")]
+                + [(f"{t}_{s}_stride", _i64) for t in ("o", "lse") for s in ("row", "head")])
+
+
 # Every struct mirror of this module, by its C name: tests/test_python_ffi.py checks each
 # one's size and field offsets against the C compiler's.
 STRUCT_MIRRORS = {"fa2_problem_t": Problem, "fa2_device_info_t": DeviceInfo,
-                  "fa2_plan_t": PlanStruct}
+                  "fa2_plan_t": PlanStruct, "fa2_combine_problem_t": CombineProblem}
 
 
 def _struct_repr(s):
@@ -326,6 +338,15 @@ class Library:
             c.fa2_varlen_check.argtypes = [ctypes.POINTER(PlanStruct), vp, sz,
                                            ctypes.POINTER(_i64), ctypes.POINTER(ctypes.c_int)]
             c.fa2_varlen_check.restype = ctypes.c_int
+        if hasattr(c, "fa2_combine"):
+            c.fa2_combine_problem_init.argtypes = [ctypes.POINTER(CombineProblem), ctypes.c_int,
+                                                   ctypes.c_int] + [_i64] * 4
+            c.fa2_combine_problem_init.restype = None
+            c.fa2_combine.argtypes = [ctypes.POINTER(CombineProblem)] + [vp] * 5
+            c.fa2_combine.restype = ctypes.c_int
+            probe = CombineProblem()
+            c.fa2_combine_problem_init(ctypes.byref(probe), DTYPE_FP32, DTYPE_BF16, 2, 1, 1, 64)
+            self._check_mirror("fa2_combine_problem_t", probe.struct_size, CombineProblem)
         for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_forward_varlen",
                   "fa2_backward", "fa2_backward_varlen"):
             getattr(c, f).restype = ctypes.c_int
@@ -1326,3 +1347,45 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
             p.varlen_check(workspace)
     o = o.view(q.shape)
     return (o, lse) if return_softmax_lse else o
+
+
+def combine(o_parts, lse_parts, out_dtype=None, *, return_lse=True):
+    """fa2_combine on torch tensors: N partial results of attention over separate key
+    ranges, o_parts [N, rows, heads, head_dim] (float32, float16 or bfloat16, last dim
+    contiguous, other strides free) and lse_parts float32 [N, heads, rows] (natural log,
+    as libfa2 returns it; -inf: the part saw no key), merged into the attention over all
+    the keys: o [rows, heads, head_dim] of out_dtype (default: o_parts' dtype) and, with
+    return_lse, lse float32 [heads, rows]. Asynchronous on the current stream."""
+    torch = _torch()
+    dtypes = {torch.float32: DTYPE_FP32, torch.float16: DTYPE_FP16,
+              torch.bfloat16: DTYPE_BF16}
+    if not isinstance(o_parts, torch.Tensor) or o_parts.dim() != 4 or \
+            o_parts.dtype not in dtypes or not o_parts.is_cuda:
+        raise Fa2ShapeError("o_parts: expected a CUDA float32/float16/bfloat16 tensor "
+                            "[parts, rows, heads, head_dim]")
+    n, rows, heads, d = o_parts.shape
+    if not isinstance(lse_parts, torch.Tensor) or lse_parts.dtype != torch.float32 or \
+            tuple(lse_parts.shape) != (n, heads, rows) or lse_parts.device != o_parts.device:
+        raise Fa2ShapeError(f"lse_parts: expected float32 {(n, heads, rows)} on o_parts' "
+                            "device")
+    out_dtype = o_parts.dtype if out_dtype is None else out_dtype
+    if out_dtype not in dtypes:
+        raise Fa2ShapeError(f"out_dtype={out_dtype}: float32, float16 or bfloat16")
+    if o_parts.stride(-1) != 1:
+        o_parts = o_parts.contiguous()
+    lib = library()
+    p = CombineProblem()
+    lib.cdll.fa2_combine_problem_init(ctypes.byref(p), dtypes[o_parts.dtype], dtypes[out_dtype],
+                                      n, rows, heads, d)
+    p.o_parts_part_stride, p.o_parts_row_stride, p.o_parts_head_stride = o_parts.stride()[:3]
+    p.lse_parts_part_stride, p.lse_parts_head_stride, p.lse_parts_row_stride = \
+        lse_parts.stride()
+    o = torch.empty((rows, heads, d), dtype=out_dtype, device=o_parts.device)
+    lse = torch.empty((heads, rows), dtype=torch.float32, device=o_parts.device) \
+        if return_lse else None
+    with torch.cuda.device(o_parts.device):
+        lib.check(lib.cdll.fa2_combine(ctypes.byref(p), _ptr(o_parts), _ptr(lse_parts),
+                                       _ptr(o), _ptr(lse),
+                                       _stream(torch.cuda.current_stream(o_parts.device))),
+                  "fa2_combine")
+    return (o, lse) if return_lse else o

@@ -1,7 +1,7 @@
 /* FUZZ-ONLY SHIM — test code, never part of libfa2.
  *
  * Stands in for the kernel launchers (kernels/fwd_launch.cu, bwd_launch.cu,
- * cache_write.cu) and
+ * cache_write.cu, combine.cu) and
  * the CUDA runtime calls the host sources make (src/device.c, run_checks.c,
  * forward.c, backward.c, varlen_check.c), so that fuzz_plan links the real host C code without a GPU, nvcc
  * objects or libcudart. The harness sets what the fakes return and reads back what
@@ -37,6 +37,14 @@ int fa2_cache_write_launch(const fa2_cache_write_params_t *p, void *stream)
     (void)stream;
     g_shim.cache_calls++;
     memcpy(&g_shim.cache, p, sizeof *p);
+    return g_shim.launch_error;
+}
+
+int fa2_combine_launch(const fa2_combine_params_t *p, void *stream)
+{
+    (void)stream;
+    g_shim.combine_calls++;
+    memcpy(&g_shim.combine, p, sizeof *p);
     return g_shim.launch_error;
 }
 

@@ -37,6 +37,9 @@
  *    and the clamped windows included).
  *  - fa2_varlen_check on the workspace pointer: the modelled status, and the failing
  *    sequence and check the shim's records hold (two input bytes) read back.
+ *  - fa2_combine on a fuzzed fa2_combine_problem_t (a flags byte and the struct's
+ *    bytes at the end of the input; bit0: XOR onto a valid problem, bit1: struct_size
+ *    set): the modelled status, and the launcher's parameters.
  *  - an edited copy of the plan: refused (FA2_ERROR_BAD_PLAN / STRUCT_SIZE) unless it is
  *    exactly fa2_plan's own; whatever reaches a launcher passes every plan invariant.
  *  - fa2_device_info_query: info untouched on failure, the fake's values on success. */
@@ -634,6 +637,119 @@ static void fuzz_edited_plan(const fa2_plan_t *pl, const uint8_t edits[16])
 
 /* ---- fa2_device_info_query ---------------------------------------------------------- */
 
+/* An independent model of "o's (rows, heads) layout gives every element its own
+ * address": the dimensions of extent > 1, innermost (smallest stride) first, each
+ * stride at least what the dimensions inside it reach. */
+static int combine_distinct(int64_t rows, int64_t rs, int64_t heads, int64_t hs, int64_t inner)
+{
+    int64_t n[2] = {rows, heads}, st[2] = {rs, hs};
+    if (st[0] > st[1] || (st[0] == st[1] && n[0] > n[1]))
+        n[0] = heads, st[0] = hs, n[1] = rows, st[1] = rs;
+    __int128 reach = inner;
+    for (int i = 0; i < 2; ++i) {
+        if (n[i] <= 1)
+            continue;
+        if ((__int128)st[i] < reach)
+            return 0;
+        reach += (__int128)st[i] * (n[i] - 1);
+    }
+    return 1;
+}
+
+/* fa2_combine on a fuzzed problem (pointers from pb[0..3]): the status the model of its
+ * documented checks predicts; the launcher called exactly on success (or CUDA), with
+ * the problem's values. */
+static void fuzz_combine(const fa2_combine_problem_t *cp, const uint8_t *pb, int launch_fails)
+{
+    const fa2_combine_problem_t *p = cp;
+    void *op = fake_ptr(pb[0], 40), *o = fake_ptr(pb[2], 42);
+    const float *lp = fake_ptr(pb[1], 41);
+    float *l = fake_ptr(pb[3], 43);
+    fa2_status_t want = FA2_SUCCESS;
+    int launches = 0;
+    const int dt_ok = (p->parts_dtype >= 1 && p->parts_dtype <= 3) &&
+                      (p->dtype >= 1 && p->dtype <= 3);
+    const int64_t strides8[6] = {p->o_parts_part_stride, p->o_parts_row_stride,
+                                 p->o_parts_head_stride, p->o_row_stride, p->o_head_stride, 0};
+    const int64_t strides1[4] = {p->lse_parts_part_stride, p->lse_parts_row_stride,
+                                 p->lse_parts_head_stride, p->lse_row_stride};
+    int bad_stride = p->lse_head_stride < 0;
+    for (int i = 0; i < 5; ++i)
+        bad_stride |= strides8[i] < 0 || strides8[i] % 8 != 0;
+    for (int i = 0; i < 4; ++i)
+        bad_stride |= strides1[i] < 0;
+    if (!op || !lp || !o)
+        want = FA2_ERROR_NULL_POINTER;
+    else if (p->struct_size != sizeof *p)
+        want = FA2_ERROR_STRUCT_SIZE;
+    else if (!dt_ok)
+        want = FA2_ERROR_UNSUPPORTED_DTYPE;
+    else if (p->parts < 1 || p->parts > FA2_MAX_COMBINE_PARTS || p->rows < 1 ||
+             p->rows > INT32_MAX || p->heads < 1 || p->heads > INT32_MAX)
+        want = FA2_ERROR_INVALID_SIZE;
+    else if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8)
+        want = FA2_ERROR_UNSUPPORTED_HEAD_DIM;
+    else if ((__int128)p->rows * p->heads * (p->head_dim / 8) > (__int128)INT32_MAX * 256)
+        want = FA2_ERROR_INVALID_SIZE;
+    else if (bad_stride)
+        want = FA2_ERROR_BAD_STRIDE;
+    else {
+        const __int128 eb_parts = p->parts_dtype == 3 ? 4 : 2, eb_o = p->dtype == 3 ? 4 : 2;
+        const __int128 e[4] = {
+            (__int128)(p->parts - 1) * p->o_parts_part_stride +
+                (__int128)(p->rows - 1) * p->o_parts_row_stride +
+                (__int128)(p->heads - 1) * p->o_parts_head_stride + p->head_dim,
+            (__int128)(p->parts - 1) * p->lse_parts_part_stride +
+                (__int128)(p->rows - 1) * p->lse_parts_row_stride +
+                (__int128)(p->heads - 1) * p->lse_parts_head_stride + 1,
+            (__int128)(p->rows - 1) * p->o_row_stride +
+                (__int128)(p->heads - 1) * p->o_head_stride + p->head_dim,
+            (__int128)(p->rows - 1) * p->lse_row_stride +
+                (__int128)(p->heads - 1) * p->lse_head_stride + 1};
+        const __int128 bytes[4] = {e[0] * eb_parts, e[1] * 4, e[2] * eb_o, e[3] * 4};
+        int overflow = 0;
+        for (int i = 0; i < 4; ++i)
+            overflow |= e[i] > INT64_MAX || bytes[i] > INT64_MAX;
+        if (overflow)
+            want = FA2_ERROR_SIZE_OVERFLOW;
+        else if (!combine_distinct(p->rows, p->o_row_stride, p->heads, p->o_head_stride,
+                                   p->head_dim) ||
+                 !combine_distinct(p->rows, p->lse_row_stride, p->heads, p->lse_head_stride, 1))
+            want = FA2_ERROR_OVERLAP;
+        else if (misaligned(op, 16) || misaligned(o, 16) || misaligned(lp, 4) ||
+                 misaligned(l, 4))
+            want = FA2_ERROR_MISALIGNED;
+        else {
+            const span_t out[2] = {span(o, 1, (int64_t)bytes[2], 1, 1, 0, 1, 0, 1),
+                                   span(l, 1, (int64_t)bytes[3], 1, 1, 0, 1, 0, 1)};
+            const span_t in[2] = {span(op, 1, (int64_t)bytes[0], 1, 1, 0, 1, 0, 1),
+                                  span(lp, 1, (int64_t)bytes[1], 1, 1, 0, 1, 0, 1)};
+            if (any_overlap(out, 2, in, 2))
+                want = FA2_ERROR_OVERLAP;
+            else if (g_shim.device_error)
+                want = FA2_ERROR_NO_DEVICE;
+            else {
+                launches = 1;
+                want = launch_fails ? FA2_ERROR_CUDA : FA2_SUCCESS;
+            }
+        }
+    }
+    g_shim.combine_calls = 0;
+    const fa2_status_t got = fa2_combine(p, op, lp, o, l, NULL);
+    CHECK(got == want);
+    CHECK(g_shim.combine_calls == launches);
+    CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
+    if (launches) {
+        const fa2_combine_params_t *k = &g_shim.combine;
+        CHECK(k->o_parts == op && k->lse_parts == lp && k->o == o && k->lse == l);
+        CHECK(k->parts == p->parts && k->rows == p->rows && k->heads == p->heads &&
+              k->head_dim == p->head_dim && k->dtype == p->dtype &&
+              k->parts_dtype == p->parts_dtype);
+        CHECK(k->o_row_stride == p->o_row_stride && k->lse_head_stride == p->lse_head_stride &&
+              k->o_parts_part_stride == p->o_parts_part_stride);
+    }
+}
+
 static void fuzz_query(int count_fails, int attr_fails, int32_t count, const int32_t attr[5])
 {
     fa2_device_info_t info, poison;
@@ -678,6 +794,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     take(&r, &count, sizeof count);
     take(&r, attr, sizeof attr);
     take(&r, edits, sizeof edits);
+    uint8_t combine_flags;
+    fa2_combine_problem_t cp;
+    take(&r, &combine_flags, 1);
+    take(&r, &cp, sizeof cp);
 
     if (flags & 4) {
         fa2_problem_t base;
@@ -732,6 +852,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(fa2_plan(NULL, &dev, &plan) == FA2_ERROR_NULL_POINTER);
     CHECK(fa2_plan(&pr, NULL, &plan) == FA2_ERROR_NULL_POINTER);
     CHECK(fa2_plan(&pr, &dev, NULL) == FA2_ERROR_NULL_POINTER);
+
+    if (combine_flags & 1) { /* a valid problem, XORed with the input's bytes */
+        fa2_combine_problem_t base;
+        fa2_combine_problem_init(&base, FA2_DTYPE_FP32, FA2_DTYPE_BF16, 3, 50, 4, 64);
+        xor_bytes(&base, &cp, sizeof cp);
+        cp = base;
+    }
+    if (combine_flags & 2)
+        cp.struct_size = sizeof cp;
+    fuzz_combine(&cp, ptrs, flags & 8);
+    CHECK(fa2_combine(NULL, ptrs, NULL, NULL, NULL, NULL) == FA2_ERROR_NULL_POINTER);
 
     fuzz_query(flags & 16, flags & 32, count, attr);
     return 0;

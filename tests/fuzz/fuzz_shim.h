@@ -17,10 +17,11 @@ typedef struct fuzz_shim_t {
     int64_t bad_sequence;     /* the record that holds bad_check (others 0) */
     int32_t bad_check;
     /* what the launchers saw */
-    int fwd_calls, bwd_calls, cache_calls;
+    int fwd_calls, bwd_calls, cache_calls, combine_calls;
     fa2_params_t fwd;
     fa2_params_t bwd;
     fa2_cache_write_params_t cache;
+    fa2_combine_params_t combine;
 } fuzz_shim_t;
 
 extern fuzz_shim_t g_shim;

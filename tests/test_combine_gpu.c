@@ -8,7 +8,8 @@
  * output dtype's rounding (fp32 1e-5, fp16 2e-3, bf16 1e-2), the LSE within 1e-5
  * relative. Then the use it exists for: libfa2's forward over two key ranges, merged,
  * against the forward over all the keys and the oracle. Then the accepted limits:
- * 2^31 - 1 rows (broadcast parts, a 32 GiB output) and FA2_MAX_COMBINE_PARTS parts.
+ * 2^31 - 1 rows and 2^31 - 1 heads (broadcast parts, 32 GiB outputs) and
+ * FA2_MAX_COMBINE_PARTS parts.
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped). */
 #include <inttypes.h>
@@ -291,25 +292,28 @@ static void test_split_keys_merge(void **state)
     assert_true(pass);
 }
 
-/* The accepted limits: rows = 2^31 - 1 (2 fp32 parts broadcast over the rows by stride
- * 0, a bf16 output of 32 GiB; sampled rows checked) and FA2_MAX_COMBINE_PARTS parts. */
+/* The accepted limits: rows = 2^31 - 1 and heads = 2^31 - 1 (2 fp32 parts broadcast by
+ * stride 0, a bf16 output of 32 GiB; sampled (row, head)s checked), and
+ * FA2_MAX_COMBINE_PARTS parts. */
 static void test_combine_limits(void **state)
 {
     (void)state;
     long failed = 0;
-    for (int which = 0; which < 2; ++which) {
-        const int64_t n = which ? FA2_MAX_COMBINE_PARTS : 2, rows = which ? 3 : INT32_MAX,
-                      d = 8;
+    for (int which = 0; which < 3; ++which) {
+        const int many_parts = which == 1, many_heads = which == 2;
+        const int64_t n = many_parts ? FA2_MAX_COMBINE_PARTS : 2,
+                      rows = many_parts ? 3 : many_heads ? 1 : INT32_MAX,
+                      heads = many_heads ? INT32_MAX : 1, d = 8;
         fa2_combine_problem_t p;
-        fa2_combine_problem_init(&p, FA2_DTYPE_FP32, FA2_DTYPE_BF16, n, rows, 1, d);
-        if (!which) /* every row reads the same parts */
-            p.o_parts_row_stride = p.lse_parts_row_stride = 0, p.o_parts_part_stride = d,
-            p.lse_parts_part_stride = 1;
-        const size_t part_elems = which ? (size_t)(n * rows * d) : (size_t)(n * d),
-                     lse_elems = which ? (size_t)(n * rows) : (size_t)n,
-                     o_bytes = 2 * (size_t)(rows * d);
+        fa2_combine_problem_init(&p, FA2_DTYPE_FP32, FA2_DTYPE_BF16, n, rows, heads, d);
+        if (!many_parts) /* every (row, head) reads the same parts */
+            p.o_parts_row_stride = p.lse_parts_row_stride = 0, p.o_parts_head_stride = 0,
+            p.lse_parts_head_stride = 0, p.o_parts_part_stride = d, p.lse_parts_part_stride = 1;
+        const size_t part_elems = many_parts ? (size_t)(n * rows * d) : (size_t)(n * d),
+                     lse_elems = many_parts ? (size_t)(n * rows) : (size_t)n,
+                     o_bytes = 2 * (size_t)(rows * heads * d);
         size_t free_b = 0, total_b = 0;
-        printf("limit: parts=%" PRId64 " rows=%" PRId64, n, rows);
+        printf("limit: parts=%" PRId64 " rows=%" PRId64 " heads=%" PRId64, n, rows, heads);
         if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess ||
             (double)free_b < (double)o_bytes + (double)(1ull << 30)) {
             printf(" : SKIP (%.1f GiB free)\n", (double)free_b / (1ull << 30));
@@ -333,14 +337,14 @@ static void test_combine_limits(void **state)
             printf(" : %s (%s)", fa2_status_string(st), fa2_last_error());
             ++bad;
         } else {
-            const int64_t sample[4] = {0, rows / 2, rows - 2, rows - 1};
-            for (int s = 0; s < 4; ++s) {
-                const int64_t r = sample[s] < 0 ? 0 : sample[s];
+            const int64_t units = rows * heads, sample[4] = {0, units / 2, units - 2, units - 1};
+            for (int s = 0; s < 4; ++s) { /* (row, head) = unit / heads, unit % heads */
+                const int64_t u = sample[s] < 0 ? 0 : sample[s];
                 uint16_t row[8];
-                assert_int_equal(cudaMemcpy(row, (uint16_t *)d_o + r * d, sizeof row,
+                assert_int_equal(cudaMemcpy(row, (uint16_t *)d_o + u * d, sizeof row,
                                             cudaMemcpyDeviceToHost),
                                  cudaSuccess);
-                merge_ref(&p, parts, lsep, r, 0, want);
+                merge_ref(&p, parts, lsep, u / heads, u % heads, want);
                 for (int x = 0; x < 8; ++x) {
                     const double g = oracle_float_from_bits(row[x], FA2_DTYPE_BF16);
                     bad += !(fabs(g - want[x]) <= 1e-2 * fabs(want[x]) + 1e-3);

@@ -253,15 +253,18 @@ static call_t good(void)
     return c;
 }
 
-static int expect_call_fail(int backward, const char *what, call_t c, fa2_status_t want,
-                            const char *says)
+/* Every output poisoned (0xEE), before a call. */
+static void poison_outputs(void)
 {
     for (int i = 0; i < N_OUTPUTS; ++i)
         memset(g_outputs[i], 0xEE, BUF);
-    const fa2_status_t s =
-        backward ? fa2_backward(c.plan, c.q, c.k, c.v, c.o_in, c.d_o, c.lse, c.dq, c.dk, c.dv,
-                                c.ws, c.ws_bytes, NULL)
-                 : fa2_forward(c.plan, c.q, c.k, c.v, c.o, c.lse, c.ws, c.ws_bytes, NULL);
+}
+
+/* After the call: 1 when its status and message are the expected ones and no output was
+ * written; prints one line naming the call, the case and what went wrong. */
+static int report(const char *call, const char *what, fa2_status_t s, fa2_status_t want,
+                  const char *says)
+{
     const char *m = fa2_last_error();
     const char *written = NULL;
     for (int i = 0; i < N_OUTPUTS && !written; ++i)
@@ -271,11 +274,22 @@ static int expect_call_fail(int backward, const char *what, call_t c, fa2_status
                 break;
             }
     const int ok = s == want && strstr(m, says) && !written;
-    printf("reject %3d: %s %-47s -> %s \"%s\"%s%s%s%s %s\n", ++g_case,
-           backward ? "fa2_backward" : "fa2_forward ", what, fa2_status_string(s), m,
-           s == want ? "" : " [wrong status]", strstr(m, says) ? "" : " [message lacks the expected text]",
+    printf("reject %3d: %-18s %-45s -> %s \"%s\"%s%s%s%s %s\n", ++g_case, call, what,
+           fa2_status_string(s), m, s == want ? "" : " [wrong status]",
+           strstr(m, says) ? "" : " [message lacks the expected text]",
            written ? " [wrote " : "", written ? written : "", ok ? "ok" : "FAIL");
     return ok;
+}
+
+static int expect_call_fail(int backward, const char *what, call_t c, fa2_status_t want,
+                            const char *says)
+{
+    poison_outputs();
+    const fa2_status_t s =
+        backward ? fa2_backward(c.plan, c.q, c.k, c.v, c.o_in, c.d_o, c.lse, c.dq, c.dk, c.dv,
+                                c.ws, c.ws_bytes, NULL)
+                 : fa2_forward(c.plan, c.q, c.k, c.v, c.o, c.lse, c.ws, c.ws_bytes, NULL);
+    return report(backward ? "fa2_backward" : "fa2_forward", what, s, want, says);
 }
 
 #define MIS(x, n) ((void *)((unsigned char *)(x) + (n)))
@@ -446,20 +460,11 @@ static int expect_varlen_ws_fail(const char *what, const fa2_plan_t *plan, const
                                  const int32_t *cu_q, const int32_t *cu_k, void *ws,
                                  size_t ws_bytes, fa2_status_t want, const char *says)
 {
-    for (int i = 0; i < N_OUTPUTS; ++i)
-        memset(g_outputs[i], 0xEE, BUF);
+    poison_outputs();
     const fa2_status_t s = fa2_forward_varlen(plan, g_q, g_k, g_v, (void *)o,
                                               (float *)(void *)g_lse, cu_q, cu_k, NULL, NULL,
                                               ws, ws_bytes, NULL);
-    const char *m = fa2_last_error();
-    int written = 0;
-    for (int i = 0; i < N_OUTPUTS; ++i)
-        for (size_t t = 0; t < BUF; ++t)
-            written |= g_outputs[i][t] != 0xEE;
-    const int ok = s == want && strstr(m, says) && !written;
-    printf("reject %3d: fa2_forward_varlen %-40s -> %s \"%s\"%s %s\n", ++g_case, what,
-           fa2_status_string(s), m, written ? " [wrote an output]" : "", ok ? "ok" : "FAIL");
-    return ok;
+    return report("fa2_forward_varlen", what, s, want, says);
 }
 
 /* expect_varlen_fail with a good workspace */
@@ -524,23 +529,14 @@ static void test_packed_rejections(void **state)
 
 /* ---- fa2_combine: each field or pointer broken once -------------------------------- */
 
-/* fa2_combine(problem, g_q as the parts, g_lse as their LSEs, o, lse): 1 when the status
+/* fa2_combine(problem, g_q as the parts, g_k as their LSEs, o, lse): 1 when the status
  * and message are as expected and every output is untouched. */
 static int expect_combine_fail(const char *what, const fa2_combine_problem_t *p, void *o,
                                float *lse, fa2_status_t want, const char *says)
 {
-    for (int i = 0; i < N_OUTPUTS; ++i)
-        memset(g_outputs[i], 0xEE, BUF);
+    poison_outputs();
     const fa2_status_t s = fa2_combine(p, g_q, (const float *)(void *)g_k, o, lse, NULL);
-    const char *m = fa2_last_error();
-    int written = 0;
-    for (int i = 0; i < N_OUTPUTS; ++i)
-        for (size_t t = 0; t < BUF; ++t)
-            written |= g_outputs[i][t] != 0xEE;
-    const int ok = s == want && strstr(m, says) && !written;
-    printf("reject %3d: fa2_combine %-45s -> %s \"%s\"%s %s\n", ++g_case, what,
-           fa2_status_string(s), m, written ? " [wrote an output]" : "", ok ? "ok" : "FAIL");
-    return ok;
+    return report("fa2_combine", what, s, want, says);
 }
 
 static fa2_combine_problem_t combine_base(void)

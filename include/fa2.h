@@ -354,8 +354,9 @@ FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, c
  * wrote. Synchronous: it copies batch int32 from the device, so call it once that work
  * has finished (after the stream synchronizes). FA2_SUCCESS when every sequence passed;
  * FA2_ERROR_BAD_METADATA when one failed, with *sequence the first that failed and
- * *check its first failed check (the message names both); otherwise *sequence = -1 and
- * *check = FA2_VARLEN_OK. sequence and check may be NULL. Also FA2_ERROR_NULL_POINTER,
+ * *check its first failed check (the message names both); on FA2_SUCCESS *sequence = -1
+ * and *check = FA2_VARLEN_OK; on any other status they are not written. sequence and
+ * check may be NULL. Also FA2_ERROR_NULL_POINTER,
  * FA2_ERROR_STRUCT_SIZE, FA2_ERROR_BAD_PLAN, FA2_ERROR_UNSUPPORTED (a dense plan),
  * FA2_ERROR_WORKSPACE (smaller than plan->workspace_bytes), FA2_ERROR_MISALIGNED,
  * FA2_ERROR_CUDA (the copy failed: the message carries the CUDA error). */

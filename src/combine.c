@@ -46,52 +46,6 @@ static fa2_status_t check_dtype(const char *name, int32_t dtype)
     return FA2_SUCCESS;
 }
 
-static fa2_status_t check_count(const char *name, int64_t value, int64_t hi)
-{
-    if (value < 1 || value > hi)
-        return fa2_fail(FA2_ERROR_INVALID_SIZE, "%s=%" PRId64 " is out of range [1, %" PRId64 "]",
-                        name, value, hi);
-    return FA2_SUCCESS;
-}
-
-static fa2_status_t check_stride(const char *name, int64_t stride, int64_t multiple)
-{
-    if (stride < 0)
-        return fa2_fail(FA2_ERROR_BAD_STRIDE, "%s=%" PRId64 " is negative", name, stride);
-    if (stride % multiple != 0)
-        return fa2_fail(FA2_ERROR_BAD_STRIDE, "%s=%" PRId64 " is not a multiple of %" PRId64,
-                        name, stride, multiple);
-    return FA2_SUCCESS;
-}
-
-/* The last element's offset + 1 of a [n0, n1, n2, inner] layout, in elements, into
- * *extent; 0 when it overflows int64. */
-static int extent_of(int64_t n0, int64_t s0, int64_t n1, int64_t s1, int64_t n2, int64_t s2,
-                     int64_t inner, int64_t *extent)
-{
-    int64_t a, b, c, t;
-    return fa2_mul_i64(n0 - 1, s0, &a) && fa2_mul_i64(n1 - 1, s1, &b) &&
-           fa2_mul_i64(n2 - 1, s2, &c) && fa2_add_i64(a, b, &t) && fa2_add_i64(t, c, &t) &&
-           fa2_add_i64(t, inner, extent);
-}
-
-/* Bytes of each tensor, from validated sizes and strides; 0 when one overflows. */
-static int tensor_bytes(const fa2_combine_problem_t *p, int64_t bytes[4])
-{
-    int64_t e[4];
-    if (!extent_of(p->parts, p->o_parts_part_stride, p->rows, p->o_parts_row_stride, p->heads,
-                   p->o_parts_head_stride, p->head_dim, &e[0]) ||
-        !extent_of(p->parts, p->lse_parts_part_stride, p->rows, p->lse_parts_row_stride,
-                   p->heads, p->lse_parts_head_stride, 1, &e[1]) ||
-        !extent_of(1, 0, p->rows, p->o_row_stride, p->heads, p->o_head_stride, p->head_dim,
-                   &e[2]) ||
-        !extent_of(1, 0, p->rows, p->lse_row_stride, p->heads, p->lse_head_stride, 1, &e[3]))
-        return 0;
-    return fa2_mul_i64(e[0], dtype_bytes(p->parts_dtype), &bytes[0]) &&
-           fa2_mul_i64(e[1], 4, &bytes[1]) && fa2_mul_i64(e[2], dtype_bytes(p->dtype), &bytes[2]) &&
-           fa2_mul_i64(e[3], 4, &bytes[3]);
-}
-
 static fa2_status_t check_problem(const fa2_combine_problem_t *p, int64_t bytes[4])
 {
     fa2_status_t s;
@@ -102,9 +56,9 @@ static fa2_status_t check_problem(const fa2_combine_problem_t *p, int64_t bytes[
                         p->struct_size, sizeof(*p));
     if ((s = check_dtype("parts_dtype", p->parts_dtype)) || (s = check_dtype("dtype", p->dtype)))
         return s;
-    if ((s = check_count("parts", p->parts, FA2_MAX_COMBINE_PARTS)) ||
-        (s = check_count("rows", p->rows, INT32_MAX)) ||
-        (s = check_count("heads", p->heads, INT32_MAX)))
+    if ((s = fa2_check_range("parts", p->parts, 1, FA2_MAX_COMBINE_PARTS)) ||
+        (s = fa2_check_range("rows", p->rows, 1, INT32_MAX)) ||
+        (s = fa2_check_range("heads", p->heads, 1, INT32_MAX)))
         return s;
     if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
@@ -115,20 +69,28 @@ static fa2_status_t check_problem(const fa2_combine_problem_t *p, int64_t bytes[
                         "rows=%" PRId64 " * heads=%" PRId64 " need more than 2147483647 thread "
                         "blocks",
                         p->rows, p->heads);
-    if ((s = check_stride("o_parts_part_stride", p->o_parts_part_stride, 8)) ||
-        (s = check_stride("o_parts_row_stride", p->o_parts_row_stride, 8)) ||
-        (s = check_stride("o_parts_head_stride", p->o_parts_head_stride, 8)) ||
-        (s = check_stride("lse_parts_part_stride", p->lse_parts_part_stride, 1)) ||
-        (s = check_stride("lse_parts_row_stride", p->lse_parts_row_stride, 1)) ||
-        (s = check_stride("lse_parts_head_stride", p->lse_parts_head_stride, 1)) ||
-        (s = check_stride("o_row_stride", p->o_row_stride, 8)) ||
-        (s = check_stride("o_head_stride", p->o_head_stride, 8)) ||
-        (s = check_stride("lse_row_stride", p->lse_row_stride, 1)) ||
-        (s = check_stride("lse_head_stride", p->lse_head_stride, 1)))
+    if ((s = fa2_check_stride("o_parts_part_stride", p->o_parts_part_stride, 8)) ||
+        (s = fa2_check_stride("o_parts_row_stride", p->o_parts_row_stride, 8)) ||
+        (s = fa2_check_stride("o_parts_head_stride", p->o_parts_head_stride, 8)) ||
+        (s = fa2_check_stride("lse_parts_part_stride", p->lse_parts_part_stride, 1)) ||
+        (s = fa2_check_stride("lse_parts_row_stride", p->lse_parts_row_stride, 1)) ||
+        (s = fa2_check_stride("lse_parts_head_stride", p->lse_parts_head_stride, 1)) ||
+        (s = fa2_check_stride("o_row_stride", p->o_row_stride, 8)) ||
+        (s = fa2_check_stride("o_head_stride", p->o_head_stride, 8)) ||
+        (s = fa2_check_stride("lse_row_stride", p->lse_row_stride, 1)) ||
+        (s = fa2_check_stride("lse_head_stride", p->lse_head_stride, 1)))
         return s;
-    if (!tensor_bytes(p, bytes))
-        return fa2_fail(FA2_ERROR_SIZE_OVERFLOW, "a tensor's extent (sizes x strides) overflows "
-                                                 "int64");
+    if ((s = fa2_check_extent("o_parts", p->parts, p->rows, p->heads, p->head_dim,
+                              p->o_parts_part_stride, p->o_parts_row_stride,
+                              p->o_parts_head_stride, dtype_bytes(p->parts_dtype), &bytes[0])) ||
+        (s = fa2_check_extent("lse_parts", p->parts, p->rows, p->heads, 1,
+                              p->lse_parts_part_stride, p->lse_parts_row_stride,
+                              p->lse_parts_head_stride, 4, &bytes[1])) ||
+        (s = fa2_check_extent("o", 1, p->rows, p->heads, p->head_dim, 0, p->o_row_stride,
+                              p->o_head_stride, dtype_bytes(p->dtype), &bytes[2])) ||
+        (s = fa2_check_extent("lse", 1, p->rows, p->heads, 1, 0, p->lse_row_stride,
+                              p->lse_head_stride, 4, &bytes[3])))
+        return s;
     if (!fa2_layout_is_distinct(1, p->rows, p->heads, p->head_dim, 0, p->o_row_stride,
                                 p->o_head_stride))
         return fa2_fail(FA2_ERROR_OVERLAP,

@@ -141,6 +141,17 @@ fa2_span_t fa2_layout_span(const fa2_problem_t *problem, fa2_layout_t layout, co
 /* `bytes` bytes from ptr (LSE, workspace). */
 fa2_span_t fa2_bytes_span(const char *name, const void *ptr, int64_t bytes);
 
+/* The shared argument checks (src/validate.c), each naming `name` and the value:
+ * value in [lo, hi] (FA2_ERROR_INVALID_SIZE); a stride non-negative and a multiple of
+ * `multiple` (FA2_ERROR_BAD_STRIDE); the byte just past a [batch, seq, heads, head_dim]
+ * tensor of `elem`-byte elements within int64 (FA2_ERROR_SIZE_OVERFLOW; *bytes, when
+ * not NULL, gets it). */
+fa2_status_t fa2_check_range(const char *name, int64_t value, int64_t lo, int64_t hi);
+fa2_status_t fa2_check_stride(const char *name, int64_t stride, int64_t multiple);
+fa2_status_t fa2_check_extent(const char *name, int64_t batch, int64_t seq, int64_t heads,
+                              int64_t head_dim, int64_t bs, int64_t ss, int64_t hs,
+                              int64_t elem, int64_t *bytes);
+
 /* The spans of a call's metadata arrays (inputs the kernels read; an empty span for
  * each one not given or not read), for fa2_check_disjoint. */
 #define FA2_OFFSET_SPANS 4

@@ -71,7 +71,7 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
     return 1;
 }
 
-static fa2_status_t check_range(const char *name, int64_t value, int64_t lo, int64_t hi)
+fa2_status_t fa2_check_range(const char *name, int64_t value, int64_t lo, int64_t hi)
 {
     if (value < lo || value > hi)
         return fa2_fail(FA2_ERROR_INVALID_SIZE,
@@ -80,21 +80,19 @@ static fa2_status_t check_range(const char *name, int64_t value, int64_t lo, int
     return FA2_SUCCESS;
 }
 
-static fa2_status_t check_stride(const char *name, int64_t stride)
+fa2_status_t fa2_check_stride(const char *name, int64_t stride, int64_t multiple)
 {
     if (stride < 0)
         return fa2_fail(FA2_ERROR_BAD_STRIDE, "%s=%" PRId64 " is negative", name, stride);
-    if (stride % 8 != 0)
-        return fa2_fail(FA2_ERROR_BAD_STRIDE,
-                        "%s=%" PRId64 " is not a multiple of 8 (16-byte rows)", name, stride);
+    if (stride % multiple != 0)
+        return fa2_fail(FA2_ERROR_BAD_STRIDE, "%s=%" PRId64 " is not a multiple of %" PRId64 "%s",
+                        name, stride, multiple, multiple == 8 ? " (16-byte rows)" : "");
     return FA2_SUCCESS;
 }
 
-/* The byte just past a tensor's last element, (batch-1)*bs + (seq-1)*ss +
- * (heads-1)*hs + head_dim elements of `elem` bytes, must fit in int64. */
-static fa2_status_t check_extent(const char *name, int64_t batch, int64_t seq,
-                                 int64_t heads, int64_t head_dim, int64_t bs, int64_t ss,
-                                 int64_t hs, int64_t elem)
+fa2_status_t fa2_check_extent(const char *name, int64_t batch, int64_t seq, int64_t heads,
+                              int64_t head_dim, int64_t bs, int64_t ss, int64_t hs,
+                              int64_t elem, int64_t *bytes)
 {
     int64_t a, b, c, end;
     int64_t last_seq = seq > 0 ? seq - 1 : 0; /* seqlen_k = 0: nothing is read */
@@ -107,6 +105,8 @@ static fa2_status_t check_extent(const char *name, int64_t batch, int64_t seq,
                         " seqlen=%" PRId64 " heads=%" PRId64 ", strides %" PRId64
                         "/%" PRId64 "/%" PRId64 ")",
                         name, batch, seq, heads, bs, ss, hs);
+    if (bytes)
+        *bytes = end;
     return FA2_SUCCESS;
 }
 
@@ -127,18 +127,18 @@ static fa2_status_t check_packed(const fa2_problem_t *p)
                             p->total_k, p->page_size, p->num_pages, p->pages_per_seq);
         return FA2_SUCCESS;
     }
-    if ((s = check_range("total_q", p->total_q, p->seqlen_q, INT32_MAX)))
+    if ((s = fa2_check_range("total_q", p->total_q, p->seqlen_q, INT32_MAX)))
         return s;
     if (paged) {
-        if ((s = check_range("page_size", p->page_size, 1, FA2_MAX_SEQLEN)) ||
-            (s = check_range("num_pages", p->num_pages, 1, INT32_MAX)) ||
-            (s = check_range("pages_per_seq", p->pages_per_seq,
+        if ((s = fa2_check_range("page_size", p->page_size, 1, FA2_MAX_SEQLEN)) ||
+            (s = fa2_check_range("num_pages", p->num_pages, 1, INT32_MAX)) ||
+            (s = fa2_check_range("pages_per_seq", p->pages_per_seq,
                              (p->seqlen_k + p->page_size - 1) / p->page_size, INT32_MAX)) ||
-            (s = check_range("total_k", p->total_k, 0, 0)))
+            (s = fa2_check_range("total_k", p->total_k, 0, 0)))
             return s;
-    } else if ((s = check_range("total_k", p->total_k, p->seqlen_k, INT32_MAX)) ||
-               (s = check_range("num_pages", p->num_pages, 0, 0)) ||
-               (s = check_range("pages_per_seq", p->pages_per_seq, 0, 0))) {
+    } else if ((s = fa2_check_range("total_k", p->total_k, p->seqlen_k, INT32_MAX)) ||
+               (s = fa2_check_range("num_pages", p->num_pages, 0, 0)) ||
+               (s = fa2_check_range("pages_per_seq", p->pages_per_seq, 0, 0))) {
         return s;
     }
     if (p->q_batch_stride || p->o_batch_stride ||
@@ -214,11 +214,11 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
         return fa2_fail(FA2_ERROR_RESERVED, "device->reserved0=%d must be zero",
                         (int)dev->reserved0);
 
-    if ((s = check_range("batch", p->batch, 1, INT32_MAX)) ||
-        (s = check_range("seqlen_q", p->seqlen_q, 1, FA2_MAX_SEQLEN)) ||
-        (s = check_range("seqlen_k", p->seqlen_k, 0, FA2_MAX_SEQLEN)) ||
-        (s = check_range("heads_q", p->heads_q, 1, INT32_MAX)) ||
-        (s = check_range("heads_kv", p->heads_kv, 1, INT32_MAX)))
+    if ((s = fa2_check_range("batch", p->batch, 1, INT32_MAX)) ||
+        (s = fa2_check_range("seqlen_q", p->seqlen_q, 1, FA2_MAX_SEQLEN)) ||
+        (s = fa2_check_range("seqlen_k", p->seqlen_k, 0, FA2_MAX_SEQLEN)) ||
+        (s = fa2_check_range("heads_q", p->heads_q, 1, INT32_MAX)) ||
+        (s = fa2_check_range("heads_kv", p->heads_kv, 1, INT32_MAX)))
         return s;
 
     if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0 ||
@@ -232,18 +232,18 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
                         "heads_q=%" PRId64 " is not a multiple of heads_kv=%" PRId64,
                         p->heads_q, p->heads_kv);
 
-    if ((s = check_stride("q_batch_stride", p->q_batch_stride)) ||
-        (s = check_stride("q_seq_stride", p->q_seq_stride)) ||
-        (s = check_stride("q_head_stride", p->q_head_stride)) ||
-        (s = check_stride("k_batch_stride", p->k_batch_stride)) ||
-        (s = check_stride("k_seq_stride", p->k_seq_stride)) ||
-        (s = check_stride("k_head_stride", p->k_head_stride)) ||
-        (s = check_stride("v_batch_stride", p->v_batch_stride)) ||
-        (s = check_stride("v_seq_stride", p->v_seq_stride)) ||
-        (s = check_stride("v_head_stride", p->v_head_stride)) ||
-        (s = check_stride("o_batch_stride", p->o_batch_stride)) ||
-        (s = check_stride("o_seq_stride", p->o_seq_stride)) ||
-        (s = check_stride("o_head_stride", p->o_head_stride)))
+    if ((s = fa2_check_stride("q_batch_stride", p->q_batch_stride, 8)) ||
+        (s = fa2_check_stride("q_seq_stride", p->q_seq_stride, 8)) ||
+        (s = fa2_check_stride("q_head_stride", p->q_head_stride, 8)) ||
+        (s = fa2_check_stride("k_batch_stride", p->k_batch_stride, 8)) ||
+        (s = fa2_check_stride("k_seq_stride", p->k_seq_stride, 8)) ||
+        (s = fa2_check_stride("k_head_stride", p->k_head_stride, 8)) ||
+        (s = fa2_check_stride("v_batch_stride", p->v_batch_stride, 8)) ||
+        (s = fa2_check_stride("v_seq_stride", p->v_seq_stride, 8)) ||
+        (s = fa2_check_stride("v_head_stride", p->v_head_stride, 8)) ||
+        (s = fa2_check_stride("o_batch_stride", p->o_batch_stride, 8)) ||
+        (s = fa2_check_stride("o_seq_stride", p->o_seq_stride, 8)) ||
+        (s = fa2_check_stride("o_head_stride", p->o_head_stride, 8)))
         return s;
 
     if ((s = check_packed(p)))
@@ -252,14 +252,14 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
     const fa2_layout_dims_t qd = fa2_layout_dims(p, 1), kd = fa2_layout_dims(p, 0);
 
     /* Sizes are now in range and strides non-negative: the checked helpers apply. */
-    if ((s = check_extent("q", qd.batch, qd.rows, p->heads_q, p->head_dim,
-                          p->q_batch_stride, p->q_seq_stride, p->q_head_stride, 2)) ||
-        (s = check_extent("k", kd.batch, kd.rows, p->heads_kv, p->head_dim,
-                          p->k_batch_stride, p->k_seq_stride, p->k_head_stride, 2)) ||
-        (s = check_extent("v", kd.batch, kd.rows, p->heads_kv, p->head_dim,
-                          p->v_batch_stride, p->v_seq_stride, p->v_head_stride, 2)) ||
-        (s = check_extent("o", qd.batch, qd.rows, p->heads_q, p->head_dim,
-                          p->o_batch_stride, p->o_seq_stride, p->o_head_stride, 2)))
+    if ((s = fa2_check_extent("q", qd.batch, qd.rows, p->heads_q, p->head_dim,
+                              p->q_batch_stride, p->q_seq_stride, p->q_head_stride, 2, NULL)) ||
+        (s = fa2_check_extent("k", kd.batch, kd.rows, p->heads_kv, p->head_dim,
+                              p->k_batch_stride, p->k_seq_stride, p->k_head_stride, 2, NULL)) ||
+        (s = fa2_check_extent("v", kd.batch, kd.rows, p->heads_kv, p->head_dim,
+                              p->v_batch_stride, p->v_seq_stride, p->v_head_stride, 2, NULL)) ||
+        (s = fa2_check_extent("o", qd.batch, qd.rows, p->heads_q, p->head_dim,
+                              p->o_batch_stride, p->o_seq_stride, p->o_head_stride, 2, NULL)))
         return s;
     if (!fa2_layout_is_distinct(qd.batch, qd.rows, p->heads_q, p->head_dim,
                                 p->o_batch_stride, p->o_seq_stride, p->o_head_stride))

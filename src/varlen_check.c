@@ -35,10 +35,6 @@ fa2_status_t fa2_varlen_check(const fa2_plan_t *plan, const void *workspace,
     int32_t chunk[1024];
 
     fa2_clear_error();
-    if (sequence)
-        *sequence = -1;
-    if (check)
-        *check = FA2_VARLEN_OK;
     if (!plan)
         return fa2_fail(FA2_ERROR_NULL_POINTER, "plan is NULL");
     if (!workspace)
@@ -74,5 +70,9 @@ fa2_status_t fa2_varlen_check(const fa2_plan_t *plan, const void *workspace,
                                 first + i, (int)chunk[i], check_name(chunk[i]));
             }
     }
+    if (sequence)
+        *sequence = -1;
+    if (check)
+        *check = FA2_VARLEN_OK;
     return FA2_SUCCESS;
 }

@@ -476,8 +476,10 @@ static void fuzz_varlen_check(const fa2_plan_t *pl, const uint8_t *pb, uint64_t 
     CHECK((got == FA2_SUCCESS) == (fa2_last_error()[0] == '\0'));
     if (got == FA2_ERROR_BAD_METADATA)
         CHECK(seq == g_shim.bad_sequence && (int32_t)got_check == g_shim.bad_check);
-    else
+    else if (got == FA2_SUCCESS)
         CHECK(seq == -1 && got_check == FA2_VARLEN_OK);
+    else /* refused: its outputs untouched */
+        CHECK(seq == -7 && got_check == (fa2_varlen_check_t)-7);
 }
 
 /* fa2_backward (varlen = 0) or fa2_backward_varlen (varlen = 1; offsets from pb[0..2],

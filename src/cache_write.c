@@ -52,13 +52,9 @@ fa2_status_t fa2_cache_write(const fa2_plan_t *plan, const void *k_new, const vo
     {
         /* new rows: [n_tokens, heads_kv, head_dim]; the caches as the plan lays them out */
         int64_t new_bytes;
-        if (!fa2_mul_i64(n_tokens - 1, new_row_stride, &new_bytes) ||
-            !fa2_add_i64(new_bytes, pr->heads_kv * pr->head_dim, &new_bytes) ||
-            !fa2_mul_i64(new_bytes, 2, &new_bytes))
-            return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
-                            "n_tokens=%" PRId64 " rows of new_row_stride=%" PRId64
-                            " overflow int64 bytes",
-                            n_tokens, new_row_stride);
+        if ((s = fa2_check_extent("k_new and v_new", 1, n_tokens, 1, pr->heads_kv * pr->head_dim,
+                                  0, new_row_stride, 0, 2, &new_bytes)))
+            return s;
         const fa2_span_t outputs[2] = {fa2_layout_span(pr, FA2_LAYOUT_K, "k_cache", k_cache),
                                        fa2_layout_span(pr, FA2_LAYOUT_V, "v_cache", v_cache)};
         const fa2_span_t inputs[3] = {fa2_bytes_span("k_new", k_new, new_bytes),

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "decode/decode_tiles.h"
 #include "fwd_run.h"
 #include "sm90/fwd_sm90_tiles.h"
 #include "sm80/fwd_tiles.h"
@@ -10,6 +11,18 @@
 extern "C" int fa2_fwd_launch(const fa2_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p->decode_splits > 0) {  // the plan chose the decode kernel
+        switch (p->head_dim_bucket) {
+#define FA2_DECODE_CASE(d)                                                              \
+    case d:                                                                             \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::decode_run<__nv_bfloat16, d>(*p, s)    \
+                                          : fa2::decode_run<__half, d>(*p, s);
+            FA2_DECODE_HEAD_DIMS(FA2_DECODE_CASE)
+#undef FA2_DECODE_CASE
+        default:
+            return cudaErrorInvalidValue;
+        }
+    }
 #if defined(FA2_WITH_SM90A)
     if (p->kernel_family == 90) {
         switch (p->head_dim_bucket) {

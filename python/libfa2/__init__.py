@@ -45,7 +45,7 @@ __all__ = [
     "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
     "attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
     "DTYPE_FP16", "DTYPE_BF16", "DTYPE_FP32", "MAX_SEQLEN", "MAX_WINDOW",
-    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "STRUCT_MIRRORS", "plan_for",
+    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "MAX_SPLITS", "STRUCT_MIRRORS", "plan_for",
     "repeats_addresses", "CombineProblem", "combine",
 ]
 
@@ -100,6 +100,7 @@ MAX_SEQLEN = 1 << 22         # seqlen_q, seqlen_k
 MAX_WINDOW = 2147483647      # window_left, window_right
 MAX_SOFTMAX_SCALE = 65536.0  # softmax_scale
 MAX_COMBINE_PARTS = 65536    # fa2_combine_problem_t.parts
+MAX_SPLITS = 128             # fa2_problem_t.max_splits
 
 
 # ---------------------------------------------------------------------------------
@@ -199,7 +200,8 @@ class Problem(ctypes.Structure):
                 + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
                 + [("deterministic", _i32), ("reserved1", _i32)]
                 + [("total_q", _i64), ("total_k", _i64)]
-                + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq")])
+                + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq",
+                                       "max_splits")])
 
 
 class DeviceInfo(ctypes.Structure):
@@ -221,7 +223,8 @@ class PlanStruct(ctypes.Structure):
                                        "bwd_dq_block_n")]
                 + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
                    ("bwd_supported", _i32), ("bwd_status", _i32),
-                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("device", DeviceInfo)])
+                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("decode_splits", _i32),
+                   ("reserved2", _i32), ("device", DeviceInfo)])
 
 
 class CombineProblem(ctypes.Structure):

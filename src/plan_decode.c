@@ -1,0 +1,63 @@
+/* Planning the decode kernel: when it runs, how many key splits, and the forward's
+ * workspace. */
+#include "decode/decode_tiles.h"
+#include "internal.h"
+
+/* The most workspace the splits may take before the planner gives them up. */
+#define FA2_DECODE_MAX_WORKSPACE (INT64_C(1) << 30)
+
+static int64_t round_256(int64_t x)
+{
+    return (x + 255) / 256 * 256;
+}
+
+int fa2_fwd_workspace_layout(const fa2_problem_t *pr, int32_t splits, fa2_fwd_workspace_t *ws)
+{
+    int64_t lse_bytes, o_bytes, t;
+    ws->rows = pr->total_q ? pr->total_q : pr->batch * pr->seqlen_q;
+    ws->lse_offset = ws->o_offset = 0;
+    ws->total_bytes = pr->total_q ? 4 * pr->batch : 0;
+    if (splits <= 1)
+        return 1;
+    if (!fa2_mul_i64(splits * pr->heads_q, ws->rows, &t) || !fa2_mul_i64(t, 4, &lse_bytes) ||
+        !fa2_mul_i64(t, pr->head_dim * 4, &o_bytes))
+        return 0;
+    ws->lse_offset = round_256(ws->total_bytes);
+    if (!fa2_add_i64(ws->lse_offset, round_256(lse_bytes), &ws->o_offset) ||
+        !fa2_add_i64(ws->o_offset, o_bytes, &ws->total_bytes))
+        return 0;
+    return 1;
+}
+
+int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *device,
+                          int64_t bucket)
+{
+    int has_kernel = 0;
+#define FA2_DECODE_BUCKET(d) has_kernel |= bucket == (d);
+    FA2_DECODE_HEAD_DIMS(FA2_DECODE_BUCKET)
+#undef FA2_DECODE_BUCKET
+    const int64_t group = pr->heads_q / pr->heads_kv;
+    if (!has_kernel || group * pr->seqlen_q > FA2_DECODE_ROWS ||
+        FA2_DECODE_SMEM_BYTES(bucket) > device->smem_per_block_optin)
+        return 0;
+    if (pr->max_splits <= 1)
+        return 1;
+    /* Enough blocks for one wave: the blocks a multiprocessor holds (shared memory)
+     * times the multiprocessors, over the (sequence, kv head) pairs; no split shorter
+     * than one key tile per warp. */
+    const int64_t per_sm = device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket) + 1024);
+    const int64_t wave = (per_sm > 0 ? per_sm : 1) * (device->sm_count > 0 ? device->sm_count : 1);
+    const int64_t base = pr->batch * pr->heads_kv;
+    const int64_t tiles = (pr->seqlen_k + FA2_DECODE_KEYS(bucket) - 1) / FA2_DECODE_KEYS(bucket);
+    int64_t splits = (wave + base - 1) / base;
+    if (splits > tiles / FA2_DECODE_WARPS)
+        splits = tiles / FA2_DECODE_WARPS;
+    if (splits > pr->max_splits)
+        splits = pr->max_splits;
+    fa2_fwd_workspace_t ws;
+    while (splits > 1 && (!fa2_fwd_workspace_layout(pr, (int32_t)splits, &ws) ||
+                          ws.total_bytes > FA2_DECODE_MAX_WORKSPACE ||
+                          base * splits > INT32_MAX))
+        splits /= 2;
+    return splits > 1 ? (int32_t)splits : 1;
+}

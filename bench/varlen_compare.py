@@ -83,6 +83,8 @@ def decode_row(lib, base, batch, keys, page, dt):
         problem = fa2lib.make_varlen_problem(
             dt, batch, 0, HQ, HKV, D, batch=batch, max_seqlen_q=1, max_seqlen_k=keys,
             causal=True, pages=(page, num_pages, per_seq, stride, stride), lib=library)
+        if hasattr(problem, "max_splits"):  # the decode kernel may split the keys
+            problem.max_splits = 64
         plan = library.plan(problem, torch.cuda.current_device())
         ws = torch.empty(max(plan.workspace_bytes, 16), dtype=torch.uint8, device="cuda")
         calls[name] = (lambda plan=plan, ws=ws: plan.forward_varlen(

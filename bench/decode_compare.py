@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Decode steps side by side on one GPU (the decode issue's acceptance figures): one
+query token per sequence against a contiguous KV cache, bf16, causal, libfa2 (its
+decode kernel, key splits allowed) against PyTorch SDPA's flash and cuDNN backends.
+Rate = bytes of K and V read / time; the device-to-device copy bandwidth is measured in
+the same run as the yardstick. Each shape is timed eagerly (median of CUDA-event-timed
+calls) and, for the first shape, also under CUDA-graph replay, as engines run it.
+
+    python3 bench/decode_compare.py --lib build/libfa2.so [--csv out.csv]
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdpa_compare import fa2lib, time_ms  # noqa: E402
+
+# (batch, keys, heads_q, heads_kv, head_dim): the issue's table, then its other head dims
+# and GQA ratios
+SHAPES = [(1, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (16, 8192, 32, 8, 128),
+          (64, 4096, 32, 8, 128), (8, 16384, 32, 32, 128), (16, 8192, 32, 8, 64),
+          (16, 8192, 32, 8, 256), (16, 8192, 32, 32, 128), (16, 8192, 32, 2, 128)]
+
+
+def copy_bandwidth():
+    """Device-to-device copy rate (read + write bytes / time) of a 2 GiB buffer."""
+    a = torch.empty(1 << 30, dtype=torch.int16, device="cuda")
+    b = torch.empty_like(a)
+    ms = time_ms(lambda: b.copy_(a), [()], warmup=3, iters=20)
+    return 2 * a.numel() * 2 / (ms * 1e-3) / 1e12
+
+
+class Fa2Decode:
+    """A planned libfa2 forward for one decode step (max_splits 64) with its workspace."""
+
+    def __init__(self, lib, q, k):
+        problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=True, lib=lib)
+        problem.max_splits = 64
+        self.plan = lib.plan(problem, torch.cuda.current_device())
+        self.ws = torch.empty(max(self.plan.workspace_bytes, 16), dtype=torch.uint8,
+                              device="cuda")
+
+    def __call__(self, q, k, v, o):
+        self.plan.forward(q, k, v, o, workspace=self.ws,
+                          stream=torch.cuda.current_stream().cuda_stream)
+
+
+def sdpa(backend):
+    def run(q, k, v, o):
+        with sdpa_kernel([backend]):
+            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=False,
+                                           enable_gqa=True)
+    return run
+
+
+def graph_ms(fn, args, iters=100):
+    """Median time of one step replayed from a captured CUDA graph."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn(*args)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            fn(*args)
+    return time_ms(lambda: graph.replay(), [()], warmup=10, iters=iters)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--csv")
+    args = ap.parse_args()
+    lib = fa2lib.load_library(args.lib)
+    torch.manual_seed(0)
+    copy = copy_bandwidth()
+    print(f"libfa2 {lib.build_info()}; bf16 causal, one query token; copy bandwidth "
+          f"{copy:.2f} TB/s; rates in TB/s of K+V read")
+    rows = []
+    for i, (b, sk, hq, hkv, d) in enumerate(SHAPES):
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        o = torch.empty_like(q)
+        kv_bytes = 2 * k.numel() * 2
+        fa2 = Fa2Decode(lib, q, k)
+        runs = {"fa2": fa2, "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+                "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+        rate = {}
+        for name, fn in runs.items():
+            try:
+                ms = time_ms(fn, [(q, k, v, o)], warmup=10, iters=100)
+                rate[name] = kv_bytes / (ms * 1e-3) / 1e12
+            except RuntimeError as e:
+                print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+                rate[name] = float("nan")
+        line = (f"decode {b} x {sk:6d} GQA {hq}:{hkv} d={d:3d} "
+                f"splits={fa2.plan.decode_splits:2d}  fa2 {rate['fa2']:.2f}  flash "
+                f"{rate['flash']:.2f}  cudnn {rate['cudnn']:.2f}  fa2/copy "
+                f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}")
+        row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
+                   splits=fa2.plan.decode_splits, copy=copy, **rate)
+        if i == 0:  # under CUDA-graph replay too
+            g = {}
+            for name, fn in runs.items():
+                try:
+                    g[name] = kv_bytes / (graph_ms(fn, (q, k, v, o)) * 1e-3) / 1e12
+                except RuntimeError:
+                    g[name] = float("nan")
+            line += (f"\n  (graph replay: fa2 {g['fa2']:.2f}  flash {g['flash']:.2f}  cudnn "
+                     f"{g['cudnn']:.2f}  fa2/cudnn {g['fa2'] / g['cudnn']:.2f})")
+            row.update({f"graph_{n}": x for n, x in g.items()})
+        print(line, flush=True)
+        rows.append(row)
+    if args.csv:
+        with open(args.csv, "w") as f:
+            keys = list(rows[0].keys() | rows[-1].keys())
+            f.write(",".join(keys) + "\n")
+            for r in rows:
+                f.write(",".join(str(r.get(k, "")) for k in keys) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

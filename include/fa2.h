@@ -189,6 +189,12 @@ typedef struct fa2_problem_t {
     /* Decode (see below): at most this many key splits per (sequence, kv head) when the
      * decode kernel runs, in [0, FA2_MAX_SPLITS]; 0 or 1: no splits (no workspace). */
     int64_t max_splits;
+    /* 1: key splits of a fixed length, from the planned seqlen_k and max_splits only, so
+     * a sequence's output is bit-identical whatever else is in the batch, and under any
+     * plan of the same seqlen_k and max_splits (batch sizes differing). 0: splits sized
+     * to fill the device. */
+    int32_t batch_invariant;
+    int32_t reserved2;       /* zero */
 } fa2_problem_t;
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another

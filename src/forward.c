@@ -139,6 +139,8 @@ static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const voi
     fa2_fill_params(plan, q, k, v, o, lse, offsets, &p);
     p.varlen_check = offsets ? (int32_t *)workspace : NULL;
     p.decode_splits = plan->decode_splits;
+    p.decode_split_tiles =
+        plan->decode_splits ? fa2_decode_split_tiles(&plan->problem, plan->head_dim_bucket) : 0;
     if (plan->decode_splits > 1) {
         fa2_fwd_workspace_t ws;
         fa2_fwd_workspace_layout(&plan->problem, plan->decode_splits, &ws); /* as planned */

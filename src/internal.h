@@ -195,6 +195,10 @@ int fa2_fwd_workspace_layout(const fa2_problem_t *problem, int32_t splits,
 int32_t fa2_decode_splits(const fa2_problem_t *problem, const fa2_device_info_t *device,
                           int64_t bucket);
 
+/* Batch-invariant decode (problem->batch_invariant): key tiles per split, the same for
+ * every sequence; 0 otherwise (a sequence's tiles divided over the splits). */
+int32_t fa2_decode_split_tiles(const fa2_problem_t *problem, int64_t bucket);
+
 /* The kernel parameters of a validated plan and its forward tensors (the backward then
  * adds its own and its kernel family). */
 /* A problem's tensors as [batch, rows, heads, head_dim] with its strides: a dense batch

@@ -3,7 +3,11 @@
 #include "decode/decode_tiles.h"
 #include "internal.h"
 
-/* The most workspace the splits may take before the planner gives them up. */
+/* Key tiles per split in batch-invariant mode, unless seqlen_k needs more. */
+#define FA2_DECODE_INVARIANT_TILES 32
+
+/* The most workspace the splits may take before the planner gives them up (not in
+ * batch-invariant mode, whose splits follow seqlen_k alone). */
 #define FA2_DECODE_MAX_WORKSPACE (INT64_C(1) << 30)
 
 static int64_t round_256(int64_t x)
@@ -29,6 +33,17 @@ int fa2_fwd_workspace_layout(const fa2_problem_t *pr, int32_t splits, fa2_fwd_wo
     return 1;
 }
 
+int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
+{
+    if (!pr->batch_invariant || pr->max_splits <= 1)
+        return 0;
+    /* 32 tiles per split (1024 keys at d <= 128, 512 at 256) unless max_splits of those
+     * cannot hold seqlen_k: then the fewest tiles that can. */
+    const int64_t tiles = (pr->seqlen_k + FA2_DECODE_KEYS(bucket) - 1) / FA2_DECODE_KEYS(bucket);
+    const int64_t fit = (tiles + pr->max_splits - 1) / pr->max_splits;
+    return (int32_t)(fit > FA2_DECODE_INVARIANT_TILES ? fit : FA2_DECODE_INVARIANT_TILES);
+}
+
 int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *device,
                           int64_t bucket)
 {
@@ -42,19 +57,27 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
         return 0;
     if (pr->max_splits <= 1)
         return 1;
+    const int64_t tiles = (pr->seqlen_k + FA2_DECODE_KEYS(bucket) - 1) / FA2_DECODE_KEYS(bucket);
+    fa2_fwd_workspace_t ws;
+    const int64_t base = pr->batch * pr->heads_kv;
+    if (pr->batch_invariant) { /* from seqlen_k and max_splits only */
+        const int64_t per = fa2_decode_split_tiles(pr, bucket);
+        const int64_t splits = tiles > per ? (tiles + per - 1) / per : 1;
+        /* a grid or workspace too large: the prefill kernels (no splits, as invariant) */
+        if (base * splits > INT32_MAX || !fa2_fwd_workspace_layout(pr, (int32_t)splits, &ws))
+            return 0;
+        return (int32_t)splits;
+    }
     /* Enough blocks for one wave: the blocks a multiprocessor holds (shared memory)
      * times the multiprocessors, over the (sequence, kv head) pairs; no split shorter
      * than one key tile per warp. */
     const int64_t per_sm = device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket) + 1024);
     const int64_t wave = (per_sm > 0 ? per_sm : 1) * (device->sm_count > 0 ? device->sm_count : 1);
-    const int64_t base = pr->batch * pr->heads_kv;
-    const int64_t tiles = (pr->seqlen_k + FA2_DECODE_KEYS(bucket) - 1) / FA2_DECODE_KEYS(bucket);
     int64_t splits = (wave + base - 1) / base;
     if (splits > tiles / FA2_DECODE_WARPS)
         splits = tiles / FA2_DECODE_WARPS;
     if (splits > pr->max_splits)
         splits = pr->max_splits;
-    fa2_fwd_workspace_t ws;
     while (splits > 1 && (!fa2_fwd_workspace_layout(pr, (int32_t)splits, &ws) ||
                           ws.total_bytes > FA2_DECODE_MAX_WORKSPACE ||
                           base * splits > INT32_MAX))

@@ -4,7 +4,8 @@
  * and 256, key counts 0, 17, 1000 to 33000, causal and windows, with and without key
  * splits (plan->decode_splits checked: the decode kernel runs, and splits where the
  * case asks for them). Then packed and paged batches of decode rows with splits,
- * sequence by sequence, an empty sequence included. O and the LSE are poisoned first;
+ * sequence by sequence, an empty sequence included. Then batch-invariant mode: a
+ * sequence's step alone and inside a larger batch, bit-identical. O and the LSE are poisoned first;
  * rows outside the sequences must stay so. Bounds as the forward tests: O's relative
  * L2 error within max(2 x a same-precision naive attention's, 1e-2 bf16 / 2e-3 fp16),
  * the LSE within 1e-3.
@@ -280,6 +281,58 @@ static void test_decode_varlen(void **state)
     assert_int_equal(run_varlen(0) + run_varlen(1), 0);
 }
 
+/* Batch-invariant mode: one sequence's decode step alone (batch 1) and as the middle of
+ * a batch of 3 (other sequences around it, a plan of another batch size): O and the LSE
+ * bit-identical. */
+static void test_batch_invariant(void **state)
+{
+    (void)state;
+    const int64_t sk = 5000, hq = 32, hkv = 8, d = 128, row_q = hq * d, row_k = sk * hkv * d;
+    oracle_rng_t rng = case_rng(g_seed, 300);
+    float *vals = malloc(sizeof(float) * 3 * row_k);
+    uint16_t *qb = malloc(2 * 3 * row_q), *kb = malloc(2 * 3 * row_k), *vb = malloc(2 * 3 * row_k),
+             *o1 = malloc(2 * row_q), *o3 = malloc(2 * 3 * row_q);
+    float lse1[32], lse3[3 * 32];
+    assert_true(vals && qb && kb && vb && o1 && o3);
+    fill(vals, qb, 3 * row_q, &rng, BF16);
+    fill(vals, kb, 3 * row_k, &rng, BF16);
+    fill(vals, vb, 3 * row_k, &rng, BF16);
+    int32_t splits[2] = {0, 0};
+    for (int run = 0; run < 2; ++run) {
+        const int64_t batch = run ? 3 : 1, first = run ? 0 : 1; /* batch 1: sequence 1 */
+        fa2_problem_t p;
+        fa2_problem_init(&p, BF16, batch, 1, sk, hq, hkv, d);
+        p.causal = 1;
+        p.max_splits = 64;
+        p.batch_invariant = 1;
+        fa2_plan_t plan;
+        assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+        splits[run] = plan.decode_splits;
+        void *dq = device_copy(qb + first * row_q, 2 * batch * row_q),
+             *dk = device_copy(kb + first * row_k, 2 * batch * row_k),
+             *dv = device_copy(vb + first * row_k, 2 * batch * row_k),
+             *d_o = device_copy(NULL, 2 * batch * row_q),
+             *ws = device_copy(NULL, (size_t)plan.workspace_bytes);
+        float *dlse = device_copy(NULL, sizeof(float) * batch * hq);
+        assert_int_equal(fa2_forward(&plan, dq, dk, dv, d_o, dlse, ws,
+                                     (size_t)plan.workspace_bytes, NULL),
+                         FA2_SUCCESS);
+        assert_int_equal(cudaMemcpy(run ? o3 : o1, d_o, 2 * batch * row_q,
+                                    cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(run ? lse3 : lse1, dlse, sizeof(float) * batch * hq,
+                                    cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(ws), cudaFree(dlse);
+    }
+    const int same = memcmp(o1, o3 + row_q, 2 * row_q) == 0 &&
+                     memcmp(lse1, lse3 + hq, sizeof lse1) == 0;
+    printf("batch-invariant: decode splits %d (batch 1) and %d (batch 3), sequence 1's O and "
+           "LSE %s\n", (int)splits[0], (int)splits[1], same ? "bit-identical PASS" : "differ FAIL");
+    free(vals), free(qb), free(kb), free(vb), free(o1), free(o3);
+    assert_true(same && splits[0] == splits[1] && splits[0] > 1);
+}
+
 int main(void)
 {
     const int setup = gpu_test_setup("decode", &g_info, &g_seed, &g_only);
@@ -288,6 +341,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_dense),
         cmocka_unit_test(test_decode_varlen),
+        cmocka_unit_test(test_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -710,6 +710,20 @@ static void test_decode_splits(void **state)
     fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 5, 8192, 32, 8, 128);
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.decode_splits, 0);
+    /* Batch-invariant: 256 key tiles of 32, 32 tiles per split (64 splits could hold
+     * them 4 a split: the floor of 32 wins), 8 splits whatever the batch. */
+    for (int64_t batch = 1; batch <= 64; batch *= 4) {
+        fa2_problem_init(&p, FA2_DTYPE_BF16, batch, 1, 8192, 32, 8, 128);
+        p.max_splits = 64;
+        p.batch_invariant = 1;
+        assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+        assert_int_equal(pl.decode_splits, 8);
+    }
+    p.seqlen_k = 1 << 20; /* 32768 tiles: 64 splits of 512 */
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 64);
+    p.batch_invariant = 2;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_ERROR_INVALID_SIZE);
     p.max_splits = FA2_MAX_SPLITS + 1;
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_ERROR_INVALID_SIZE);
 }

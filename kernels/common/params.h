@@ -84,7 +84,8 @@ typedef struct fa2_params_t {
        head_dim], lse_accum [n, heads_q, accum_rows]; accum_rows = batch * seqlen_q, or
        total_q) and a combine kernel writes O and the LSE. */
     int32_t decode_splits;
-    int32_t reserved_decode;
+    int32_t decode_split_tiles; /* > 0: each split this many key tiles (batch-invariant);
+                                   0: a sequence's tiles divided evenly over the splits */
     int64_t accum_rows;
     float *o_accum;
     float *lse_accum;

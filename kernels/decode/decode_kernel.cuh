@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     if (p.window_right >= 0) hi = min(hi, seq.seqlen_k + p.window_right);
     // This split's tiles of kKeys keys.
     const int tiles = hi > lo ? (hi - lo + Tr::kKeys - 1) / Tr::kKeys : 0;
-    const int per_split = (tiles + splits - 1) / splits;
+    const int per_split =
+        p.decode_split_tiles > 0 ? p.decode_split_tiles : (tiles + splits - 1) / splits;
     const int t_first = split * per_split;
     const int t_end = m_real > 0 ? min(tiles, t_first + per_split) : t_first;
 

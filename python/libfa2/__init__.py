@@ -201,7 +201,8 @@ class Problem(ctypes.Structure):
                 + [("deterministic", _i32), ("reserved1", _i32)]
                 + [("total_q", _i64), ("total_k", _i64)]
                 + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq",
-                                       "max_splits")])
+                                       "max_splits")]
+                + [("batch_invariant", _i32), ("reserved2", _i32)])
 
 
 class DeviceInfo(ctypes.Structure):

@@ -72,7 +72,10 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
      * times the multiprocessors, over the (sequence, kv head) pairs; no split shorter
      * than one key tile per warp. */
     const int64_t per_sm = device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket) + 1024);
-    const int64_t wave = (per_sm > 0 ? per_sm : 1) * (device->sm_count > 0 ? device->sm_count : 1);
+    /* (a device record can say anything: both factors bounded, so no overflow) */
+    const int64_t wave = (per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm) *
+                         (device->sm_count < 1 ? 1 : device->sm_count > 65536 ? 65536
+                                                                              : device->sm_count);
     int64_t splits = (wave + base - 1) / base;
     if (splits > tiles / FA2_DECODE_WARPS)
         splits = tiles / FA2_DECODE_WARPS;

@@ -1280,7 +1280,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                             softmax_scale=None, causal=False, window_size=(-1, -1),
                             softcap=0.0, alibi_slopes=None, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, return_softmax_lse=False, *,
-                            check_metadata=False):
+                            check_metadata=False, num_splits=0):
     """Attention over a paged KV cache in the shape of flash_attn.flash_attn_with_kvcache
     (forward only): q [batch, seqlen_q, heads_q, d]; k_cache / v_cache [num_pages,
     page_size, heads_kv, d] (any page size); cache_seqlens int32 [batch], each sequence's
@@ -1291,7 +1291,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     embeddings, softcap and ALiBi are refused. The library checks cache_seqlens and the
     page ids on the GPU and skips a sequence that fails (its rows of o are not written);
     check_metadata=True waits for the call and raises Fa2BadMetadata naming the first
-    such sequence (a host synchronisation: not for CUDA graphs)."""
+    such sequence (a host synchronisation: not for CUDA graphs). num_splits: as
+    flash-attn's, 0 lets the planner split each sequence's keys (up to MAX_SPLITS) when
+    the decode kernel runs; 1 never splits."""
     for name, arg in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
                       ("rotary_sin", rotary_sin), ("alibi_slopes", alibi_slopes)):
         if arg is not None:
@@ -1321,9 +1323,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     pages_per_seq = block_table.shape[1]
     cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32,
                         device=q.device)
+    max_splits = MAX_SPLITS if int(num_splits) == 0 else int(num_splits)
     key = ("paged", q.device.index, str(q.dtype), tuple(q3.shape), tuple(k_cache.shape),
            k_cache.stride(), v_cache.stride(), pages_per_seq, bool(causal),
-           tuple(window_size), softmax_scale)
+           tuple(window_size), softmax_scale, max_splits)
     p = _plan_cache.get(key)
     if p is None:
         lib = library()
@@ -1334,6 +1337,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
             pages=(page_size, num_pages, pages_per_seq, k_cache.stride(0),
                    v_cache.stride(0)),
             causal=causal, window=window_size, softmax_scale=softmax_scale, lib=lib)
+        problem.max_splits = max_splits  # the decode kernel may split the keys
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:

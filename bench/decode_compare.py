@@ -4,7 +4,8 @@ query token per sequence against a contiguous KV cache, bf16, causal, libfa2 (it
 decode kernel, key splits allowed) against PyTorch SDPA's flash and cuDNN backends.
 Rate = bytes of K and V read / time; the device-to-device copy bandwidth is measured in
 the same run as the yardstick. Each shape is timed eagerly (median of CUDA-event-timed
-calls) and, for the first shape, also under CUDA-graph replay, as engines run it.
+calls) and, for the first shape, also under CUDA-graph replay, as engines run it; two
+shapes also over a paged cache (pages of 16 and 64 keys) against contiguous K/V.
 
     python3 bench/decode_compare.py --lib build/libfa2.so [--csv out.csv]
 """
@@ -47,6 +48,40 @@ class Fa2Decode:
     def __call__(self, q, k, v, o):
         self.plan.forward(q, k, v, o, workspace=self.ws,
                           stream=torch.cuda.current_stream().cuda_stream)
+
+
+class Fa2PagedDecode:
+    """The same step over a paged cache (shuffled pages of `page` keys): fa2_forward_varlen
+    with a page table, key splits allowed."""
+
+    def __init__(self, lib, q, k, v, page):
+        b, sk, hkv, d = k.shape
+        per_seq = (sk + page - 1) // page
+        self.table = torch.randperm(b * per_seq, device="cuda").view(b, per_seq) \
+            .to(torch.int32).contiguous()
+        self.k_cache = torch.empty(b * per_seq, page, hkv, d, device="cuda", dtype=k.dtype)
+        self.v_cache = torch.empty_like(self.k_cache)
+        keys = torch.arange(sk, device="cuda")
+        for i in range(b):  # the same keys, scattered into the pages
+            slots = self.table[i][keys // page].long()
+            self.k_cache[slots, keys % page] = k[i]
+            self.v_cache[slots, keys % page] = v[i]
+        self.cu = torch.arange(b + 1, dtype=torch.int32, device="cuda")
+        self.used = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+        stride = self.k_cache.stride(0)
+        problem = fa2lib.make_varlen_problem(
+            q.dtype, b, 0, q.shape[2], hkv, d, batch=b, max_seqlen_q=1, max_seqlen_k=sk,
+            causal=True, pages=(page, b * per_seq, per_seq, stride, stride), lib=lib)
+        problem.max_splits = 64
+        self.plan = lib.plan(problem, torch.cuda.current_device())
+        self.ws = torch.empty(max(self.plan.workspace_bytes, 16), dtype=torch.uint8,
+                              device="cuda")
+
+    def __call__(self, q, k, v, o):
+        self.plan.forward_varlen(q.view(q.shape[0], q.shape[2], q.shape[3]), self.k_cache,
+                                 self.v_cache, o.view(o.shape[0], o.shape[2], o.shape[3]),
+                                 self.cu, None, None, self.used, self.table, self.ws,
+                                 stream=torch.cuda.current_stream().cuda_stream)
 
 
 def sdpa(backend):
@@ -117,9 +152,30 @@ def main():
             row.update({f"graph_{n}": x for n, x in g.items()})
         print(line, flush=True)
         rows.append(row)
+    for b, sk, hq, hkv, d in (SHAPES[2], SHAPES[3]):  # paged against contiguous
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        o, o_paged = torch.empty_like(q), torch.empty_like(q)
+        kv_bytes = 2 * k.numel() * 2
+        dense = Fa2Decode(lib, q, k)
+        base = kv_bytes / (time_ms(dense, [(q, k, v, o)], warmup=10, iters=100) * 1e-3) / 1e12
+        for page in (16, 64):
+            paged = Fa2PagedDecode(lib, q, k, v, page)
+            paged(q, k, v, o_paged)
+            dense(q, k, v, o)
+            diff = (o_paged.float() - o.float()).abs().max().item()
+            rate = kv_bytes / (time_ms(paged, [(q, k, v, o_paged)], warmup=10, iters=100) *
+                               1e-3) / 1e12
+            print(f"decode paged {page:2d}, {b} x {sk}: {rate:.2f} TB/s, contiguous "
+                  f"{base:.2f}, paged/contiguous {rate / base:.3f} (max diff {diff:.0e})",
+                  flush=True)
+            rows.append(dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
+                             page=page, paged=rate, contiguous=base))
+
     if args.csv:
         with open(args.csv, "w") as f:
-            keys = list(rows[0].keys() | rows[-1].keys())
+            keys = sorted({k for r in rows for k in r})
             f.write(",".join(keys) + "\n")
             for r in rows:
                 f.write(",".join(str(r.get(k, "")) for k in keys) + "\n")

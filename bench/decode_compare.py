@@ -93,8 +93,8 @@ def sdpa(backend):
     return run
 
 
-def graph_ms(fn, args, iters=100):
-    """Median time of one step replayed from a captured CUDA graph."""
+def capture(fn, args):
+    """A CUDA graph of one call of fn(*args)."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for _ in range(3):
@@ -103,7 +103,28 @@ def graph_ms(fn, args, iters=100):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
             fn(*args)
+    return graph
+
+
+def graph_ms(fn, args, iters=100):
+    """Median time of one step replayed from a captured CUDA graph."""
+    graph = capture(fn, args)
     return time_ms(lambda: graph.replay(), [()], warmup=10, iters=iters)
+
+
+def kernel_us(fn, args, replays=50):
+    """Mean device time (us) of each kernel of one graph-replayed step, by short name."""
+    graph = capture(fn, args)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            name = e.name.split("<")[0].split("(")[0].replace("void ", "").split("::")[-1]
+            times[name] = times.get(name, 0.0) + e.device_time / replays
+    return times
 
 
 def main():
@@ -149,6 +170,14 @@ def main():
                     g[name] = float("nan")
             line += (f"\n  (graph replay: fa2 {g['fa2']:.2f}  flash {g['flash']:.2f}  cudnn "
                      f"{g['cudnn']:.2f}  fa2/cudnn {g['fa2'] / g['cudnn']:.2f})")
+            for name in ("fa2", "cudnn"):
+                try:
+                    parts = kernel_us(runs[name], (q, k, v, o))
+                    step = kv_bytes / g[name] / 1e6
+                    line += (f"\n  ({name} kernels, us per replayed step of {step:.1f}: " +
+                             ", ".join(f"{n} {t:.1f}" for n, t in parts.items()) + ")")
+                except Exception as e:  # a diagnostic: never fails the run
+                    line += f"\n  ({name} kernel times unavailable: {e})"
             row.update({f"graph_{n}": x for n, x in g.items()})
         print(line, flush=True)
         rows.append(row)

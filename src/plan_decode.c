@@ -33,6 +33,13 @@ int fa2_fwd_workspace_layout(const fa2_problem_t *pr, int32_t splits, fa2_fwd_wo
     return 1;
 }
 
+/* The share of the slots of the waves `blocks` take that they fill. */
+static double wave_efficiency(int64_t blocks, int64_t wave)
+{
+    const int64_t waves = (blocks + wave - 1) / wave;
+    return (double)blocks / (double)(waves * wave);
+}
+
 int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
 {
     if (!pr->batch_invariant || pr->max_splits <= 1)
@@ -68,19 +75,26 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
             return 0;
         return (int32_t)splits;
     }
-    /* Enough blocks for one wave: the blocks a multiprocessor holds (shared memory)
-     * times the multiprocessors, over the (sequence, kv head) pairs; no split shorter
-     * than one key tile per warp. */
+    /* The blocks run in waves of (blocks a multiprocessor holds, from shared memory) x
+     * (multiprocessors); a split count leaves the last wave's idle slots idle. Its
+     * efficiency: blocks / (waves x wave). The smallest split count within 5 % of the
+     * best efficiency wins (fewer splits: less to combine), counting splits of at least
+     * one key tile per warp, at most max_splits. */
     const int64_t per_sm = device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket) + 1024);
     /* (a device record can say anything: both factors bounded, so no overflow) */
     const int64_t wave = (per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm) *
                          (device->sm_count < 1 ? 1 : device->sm_count > 65536 ? 65536
                                                                               : device->sm_count);
-    int64_t splits = (wave + base - 1) / base;
-    if (splits > tiles / FA2_DECODE_WARPS)
-        splits = tiles / FA2_DECODE_WARPS;
-    if (splits > pr->max_splits)
-        splits = pr->max_splits;
+    int64_t limit = tiles / FA2_DECODE_WARPS;
+    if (limit > pr->max_splits)
+        limit = pr->max_splits;
+    double best = 0.0;
+    for (int64_t n = 1; n <= limit; n++)
+        if (wave_efficiency(base * n, wave) > best)
+            best = wave_efficiency(base * n, wave);
+    int64_t splits = 1;
+    while (splits < limit && wave_efficiency(base * splits, wave) < 0.95 * best)
+        splits++;
     while (splits > 1 && (!fa2_fwd_workspace_layout(pr, (int32_t)splits, &ws) ||
                           ws.total_bytes > FA2_DECODE_MAX_WORKSPACE ||
                           base * splits > INT32_MAX))

@@ -70,6 +70,7 @@ static const decode_case_t cases[] = {
     {BF16, 2, 2, 33000, 8, 8, 64, 1, 500, 128, 1},  /* a window */
     {FP16, 2, 1, 4096, 64, 4, 256, 1, -1, 16, 1},   /* GQA 16 */
     {BF16, 2, 1, 0, 8, 2, 128, 0, -1, 64, 0},       /* no keys: O = 0, LSE = -inf */
+    {BF16, 1, 1, 33000, 8, 1, 128, 1, -1, 128, 1},  /* one kv head: over 100 splits */
 };
 
 static int run_case(long index, const decode_case_t *c)

@@ -7,12 +7,13 @@
 //     so that a small batch still fills the GPU; the splits' results are merged by the
 //     combine kernel (decode_run.cuh);
 //   - the four warps of a block each stream their own key tiles (tile w, w + 4, ...)
-//     through a private two-stage cp.async pipeline, each with its own online softmax;
+//     through a private kStages-deep cp.async pipeline, each with its own online softmax;
 //     the warps' results are merged in shared memory at the end.
 #pragma once
 
 #include <stdint.h>
 
+#include "common/grid_dependency.cuh"
 #include "common/mask.cuh"
 #include "common/paged_tile.cuh"
 #include "common/params.h"
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
 {
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(128) uint8_t smem[];
+    allow_dependent_launch();  // the combine kernel's blocks may wait on the free SMs
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int splits = p.decode_splits;
     const int split = static_cast<int>(blockIdx.x % splits);
@@ -142,12 +144,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         }
     };
 
+    // Prologue: the warp's first kStages - 1 tiles in flight (one commit group each,
+    // empty past t_end, so that the waits below count groups alike).
     int t = t_first + warp;
     [[maybe_unused]] int page = t < t_end ? fetch_page(t) : -1;
-    if (t < t_end) load_tile_kv(t, 0, page);
-    cp_async_commit();
-    if constexpr (kMode == kPagedSeq)
-        if (t + Tr::kWarps < t_end) page = fetch_page(t + Tr::kWarps);
+#pragma unroll
+    for (int i = 0; i < Tr::kStages - 1; ++i) {
+        const int tile = t + i * Tr::kWarps;
+        if (tile < t_end) load_tile_kv(tile, i, page);
+        cp_async_commit();
+        if constexpr (kMode == kPagedSeq)
+            if (tile + Tr::kWarps < t_end) page = fetch_page(tile + Tr::kWarps);
+    }
 
     // A packed batch's checks (varlen_check.cuh): a failed sequence writes nothing.
     if constexpr (kMode != kDenseSeq) {
@@ -158,20 +166,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
             return;
         }
     }
-    cp_async_wait<1>();  // Q (this thread's copies)
-    __syncthreads();     // ...and everyone's
+    cp_async_wait<Tr::kStages - 1>();  // Q (this thread's copies)
+    __syncthreads();                   // ...and everyone's
 
     float o[1][Tr::kDTiles][4];
     zero(o);
     OnlineSoftmax<1> softmax;
     softmax.init();
-    for (int stage = 0; t < t_end; t += Tr::kWarps, stage ^= 1) {
-        const bool next = t + Tr::kWarps < t_end;
-        if (next) load_tile_kv(t + Tr::kWarps, stage ^ 1, page);
+    for (int stage = 0; t < t_end; t += Tr::kWarps) {
+        // The tile kStages - 1 rounds ahead, into the stage computed last round.
+        const int ahead = t + (Tr::kStages - 1) * Tr::kWarps;
+        const int last = stage == 0 ? Tr::kStages - 1 : stage - 1;
+        if (ahead < t_end) load_tile_kv(ahead, last, page);
         cp_async_commit();
         if constexpr (kMode == kPagedSeq)
-            if (t + 2 * Tr::kWarps < t_end) page = fetch_page(t + 2 * Tr::kWarps);
-        cp_async_wait<1>();  // tile t's K and V
+            if (ahead + Tr::kWarps < t_end) page = fetch_page(ahead + Tr::kWarps);
+        cp_async_wait<Tr::kStages - 1>();  // tile t's K and V
         __syncwarp();
 
         float s[1][Tr::kNTiles][4];
@@ -195,7 +205,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         }
         softmax.update(s, o, p.scale_log2);
         gemm_pb<Elem, Tr::kRowBytes, 1, Tr::kDTiles, Tr::kKeys / 16>(o, s, v_buf(stage), lane);
-        __syncwarp();  // the stage is reloaded next round but one
+        __syncwarp();  // the stage is reloaded next round
+        stage = stage + 1 == Tr::kStages ? 0 : stage + 1;
     }
     cp_async_wait<0>();
 

@@ -1,38 +1,85 @@
 // Definition of fa2::decode_run: the decode kernel's grid and launch, then (split-KV)
-// the combine kernel that merges the splits into O and the LSE.
+// the combine kernel that merges the splits into O and the LSE, started while the
+// decode kernel's last blocks run (programmatic dependent launch, sm_90).
 #pragma once
 
 #include <stdint.h>
 
 #include "common/launch.cuh"
-#include "common/merge.cuh"
+#include "common/grid_dependency.cuh"
 #include "decode/decode_kernel.cuh"
 #include "fwd_run.h"
 
 namespace fa2 {
 
-// One thread per 8 elements of a (sequence, token, query head): the splits merged
-// (common/merge.cuh) into O and the LSE. Rows of no valid sequence are not written.
+// One warp per (sequence, token, query head) merges the splits: lane i reads the LSEs
+// of splits i, i + 32, ... (FA2_MAX_SPLITS at most), the warp reduces them to the
+// merged LSE and each split's weight, then each lane sums 4 of every 128 columns of
+// the splits' O. Every split block writes its rows (O = 0, LSE = -inf when it has no
+// keys), so every weight's O is finite and the loads need no branch. Rows of a failed
+// or missing sequence are not written. Launched after the decode kernel may start
+// (after_previous): nothing is read before wait_for_previous_grid().
 template <typename Elem, int kMode>
-__global__ void decode_combine_kernel(const fa2_params_t p)
+__global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t p)
 {
-    const int chunks = p.head_dim / 8;
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * chunks) return;
-    const int chunk = static_cast<int>(i % chunks);
-    const int head = static_cast<int>(i / chunks % p.heads_q);
-    const int token = static_cast<int>(i / chunks / p.heads_q % p.seqlen_q);
-    const int batch = static_cast<int>(i / chunks / p.heads_q / p.seqlen_q);
+    constexpr int kPerLane = (FA2_MAX_SPLITS + 31) / 32;
+    constexpr unsigned kAll = 0xffffffffu;
+    wait_for_previous_grid();
+    const int lane = threadIdx.x % 32;
+    const int64_t w = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (w >= static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q) return;
+    const int head = static_cast<int>(w % p.heads_q);
+    const int token = static_cast<int>(w / p.heads_q % p.seqlen_q);
+    const int batch = static_cast<int>(w / p.heads_q / p.seqlen_q);
     const Sequence seq = sequence<kMode>(p, batch);
     if (kMode != kDenseSeq && p.varlen_check[batch] != FA2_VARLEN_OK) return;
     if (token >= seq.seqlen_q) return;
     const int64_t row = accum_row(p, seq, token);
-    const float lse = merge_chunk(
-        p.o_accum + (row * p.heads_q + head) * p.head_dim + chunk * 8,
-        p.accum_rows * p.heads_q * p.head_dim, p.lse_accum + head * p.accum_rows + row,
-        static_cast<int64_t>(p.heads_q) * p.accum_rows, p.decode_splits,
-        o_row<Elem>(p, seq, head, token) + chunk * 8);
-    if (p.lse && chunk == 0) p.lse[stats_row(p, seq, head) + token] = lse;
+    const int splits = p.decode_splits;
+
+    const float *lse_part = p.lse_accum + static_cast<int64_t>(head) * p.accum_rows + row;
+    const int64_t lse_stride = static_cast<int64_t>(p.heads_q) * p.accum_rows;
+    float lse[kPerLane], top = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int split = lane + 32 * i;
+        lse[i] = split < splits ? lse_part[split * lse_stride] : -INFINITY;
+        top = fmaxf(top, lse[i]);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) top = fmaxf(top, __shfl_xor_sync(kAll, top, m));
+    float sum = 0.f;
+    if (top != -INFINITY)
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) sum += __expf(lse[i] - top);  // -inf: 0
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kAll, sum, m);
+    const float total = top == -INFINITY ? -INFINITY : top + __logf(sum);
+    float weight[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+        weight[i] = top == -INFINITY ? 0.f : __expf(lse[i] - total);
+
+    const float *o_part = p.o_accum + (row * p.heads_q + head) * p.head_dim;
+    const int64_t o_stride = p.accum_rows * p.heads_q * p.head_dim;
+    Elem *dst = o_row<Elem>(p, seq, head, token);
+    for (int col = 4 * lane; col < p.head_dim; col += 128) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+#pragma unroll 8
+            for (int j = 0; j < 32; ++j) {
+                const int split = 32 * i + j;
+                if (split >= splits) break;  // the same for the whole warp
+                const float wt = __shfl_sync(kAll, weight[i], j);
+                const float4 x = *reinterpret_cast<const float4 *>(o_part + split * o_stride + col);
+                acc.x += wt * x.x, acc.y += wt * x.y, acc.z += wt * x.z, acc.w += wt * x.w;
+            }
+        }
+        *reinterpret_cast<uint2 *>(dst + col) =
+            make_uint2(pack2<Elem>(acc.x, acc.y), pack2<Elem>(acc.z, acc.w));
+    }
+    if (p.lse && lane == 0) p.lse[stats_row(p, seq, head) + token] = total;
 }
 
 template <typename Elem, int kHeadDim>
@@ -45,13 +92,13 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
                                          : decode_kernel<Tr, kDenseSeq>;
     const cudaError_t err = launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
     if (err != cudaSuccess || p.decode_splits == 1) return err;
-    constexpr int kThreads = 256;
-    const int64_t work =
-        static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * (p.head_dim / 8);
+    constexpr int kWarps = 4;
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
     const auto combine = p.page_table    ? decode_combine_kernel<Elem, kPagedSeq>
                          : p.cu_seqlens_q ? decode_combine_kernel<Elem, kPackedSeq>
                                           : decode_combine_kernel<Elem, kDenseSeq>;
-    return launch(combine, (work + kThreads - 1) / kThreads, kThreads, 0, stream, p);
+    return launch(combine, (rows + kWarps - 1) / kWarps, 32 * kWarps, 0, stream, p,
+                  /*after_previous=*/p.kernel_family == 90);
 }
 
 }  // namespace fa2

@@ -10,7 +10,7 @@
 
 #define FA2_DECODE_ROWS 16  /* one mma row tile */
 #define FA2_DECODE_WARPS 4
-#define FA2_DECODE_STAGES 2 /* per warp, K and V each */
+#define FA2_DECODE_STAGES 3 /* per warp, K and V each */
 #define FA2_DECODE_KEYS(d) ((d) >= 256 ? 16 : 32)
 #define FA2_DECODE_ROW_BYTES(d) (((d) + 63) / 64 * 64 * 2)
 /* Q, then each warp's stages of K and V tiles */

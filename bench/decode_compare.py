@@ -3,9 +3,11 @@
 query token per sequence against a contiguous KV cache, bf16, causal, libfa2 (its
 decode kernel, key splits allowed) against PyTorch SDPA's flash and cuDNN backends.
 Rate = bytes of K and V read / time; the device-to-device copy bandwidth is measured in
-the same run as the yardstick. Each shape is timed eagerly (median of CUDA-event-timed
-calls) and, for the first shape, also under CUDA-graph replay, as engines run it; two
-shapes also over a paged cache (pages of 16 and 64 keys) against contiguous K/V.
+the same run as the yardstick. Each step is timed as engines run it, replayed from a
+captured CUDA graph (median of CUDA-event-timed replays; eager calls, bound by Python's
+launch cost at small shapes, are printed alongside); the first shape's step is broken
+down into its kernels' device times; two shapes also over a paged cache (pages of 16
+and 64 keys) against contiguous K/V.
 
     python3 bench/decode_compare.py --lib build/libfa2.so [--csv out.csv]
 """
@@ -147,38 +149,33 @@ def main():
         fa2 = Fa2Decode(lib, q, k)
         runs = {"fa2": fa2, "flash": sdpa(SDPBackend.FLASH_ATTENTION),
                 "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
-        rate = {}
+        rate, eager = {}, {}
         for name, fn in runs.items():
             try:
-                ms = time_ms(fn, [(q, k, v, o)], warmup=10, iters=100)
-                rate[name] = kv_bytes / (ms * 1e-3) / 1e12
+                eager[name] = kv_bytes / (time_ms(fn, [(q, k, v, o)], warmup=10, iters=100)
+                                          * 1e-3) / 1e12
+                rate[name] = kv_bytes / (graph_ms(fn, (q, k, v, o)) * 1e-3) / 1e12
             except RuntimeError as e:
                 print(f"  {name} unavailable: {str(e).splitlines()[0]}")
-                rate[name] = float("nan")
+                rate[name] = eager[name] = float("nan")
         line = (f"decode {b} x {sk:6d} GQA {hq}:{hkv} d={d:3d} "
                 f"splits={fa2.plan.decode_splits:2d}  fa2 {rate['fa2']:.2f}  flash "
                 f"{rate['flash']:.2f}  cudnn {rate['cudnn']:.2f}  fa2/copy "
-                f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}")
+                f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}  "
+                f"fa2/flash {rate['fa2'] / rate['flash']:.2f}  (eager: fa2 {eager['fa2']:.2f} "
+                f"flash {eager['flash']:.2f} cudnn {eager['cudnn']:.2f})")
         row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
-                   splits=fa2.plan.decode_splits, copy=copy, **rate)
-        if i == 0:  # under CUDA-graph replay too
-            g = {}
-            for name, fn in runs.items():
-                try:
-                    g[name] = kv_bytes / (graph_ms(fn, (q, k, v, o)) * 1e-3) / 1e12
-                except RuntimeError:
-                    g[name] = float("nan")
-            line += (f"\n  (graph replay: fa2 {g['fa2']:.2f}  flash {g['flash']:.2f}  cudnn "
-                     f"{g['cudnn']:.2f}  fa2/cudnn {g['fa2'] / g['cudnn']:.2f})")
+                   splits=fa2.plan.decode_splits, copy=copy, **rate,
+                   **{f"eager_{n}": x for n, x in eager.items()})
+        if i == 0:  # where the time of a step goes
             for name in ("fa2", "cudnn"):
                 try:
                     parts = kernel_us(runs[name], (q, k, v, o))
-                    step = kv_bytes / g[name] / 1e6
+                    step = kv_bytes / rate[name] / 1e6
                     line += (f"\n  ({name} kernels, us per replayed step of {step:.1f}: " +
                              ", ".join(f"{n} {t:.1f}" for n, t in parts.items()) + ")")
                 except Exception as e:  # a diagnostic: never fails the run
                     line += f"\n  ({name} kernel times unavailable: {e})"
-            row.update({f"graph_{n}": x for n, x in g.items()})
         print(line, flush=True)
         rows.append(row)
     for b, sk, hq, hkv, d in (SHAPES[2], SHAPES[3]):  # paged against contiguous
@@ -188,14 +185,13 @@ def main():
         o, o_paged = torch.empty_like(q), torch.empty_like(q)
         kv_bytes = 2 * k.numel() * 2
         dense = Fa2Decode(lib, q, k)
-        base = kv_bytes / (time_ms(dense, [(q, k, v, o)], warmup=10, iters=100) * 1e-3) / 1e12
+        base = kv_bytes / (graph_ms(dense, (q, k, v, o)) * 1e-3) / 1e12
         for page in (16, 64):
             paged = Fa2PagedDecode(lib, q, k, v, page)
             paged(q, k, v, o_paged)
             dense(q, k, v, o)
             diff = (o_paged.float() - o.float()).abs().max().item()
-            rate = kv_bytes / (time_ms(paged, [(q, k, v, o_paged)], warmup=10, iters=100) *
-                               1e-3) / 1e12
+            rate = kv_bytes / (graph_ms(paged, (q, k, v, o_paged)) * 1e-3) / 1e12
             print(f"decode paged {page:2d}, {b} x {sk}: {rate:.2f} TB/s, contiguous "
                   f"{base:.2f}, paged/contiguous {rate / base:.3f} (max diff {diff:.0e})",
                   flush=True)

@@ -16,7 +16,7 @@ namespace fa2 {
 // of splits i, i + 32, ... (FA2_MAX_SPLITS at most), the warp reduces them to the
 // merged LSE and each split's weight, then each lane sums 4 of every 128 columns of
 // the splits' O. Every split block writes its rows (O = 0, LSE = -inf when it has no
-// keys), so every weight's O is finite and the loads need no branch. Rows of a failed
+// keys), so every O read is finite. Rows of a failed
 // or missing sequence are not written. Launched after the decode kernel may start
 // (after_previous): nothing is read before wait_for_previous_grid().
 template <typename Elem, int kMode>
@@ -63,17 +63,26 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t 
     const float *o_part = p.o_accum + (row * p.heads_q + head) * p.head_dim;
     const int64_t o_stride = p.accum_rows * p.heads_q * p.head_dim;
     Elem *dst = o_row<Elem>(p, seq, head, token);
+    // Splits in groups of kGroup, every load of a group issued before the first use:
+    // indices past the last split repeat it (a valid address) with weight 0.
+    constexpr int kGroup = 16;
+    static_assert(32 % kGroup == 0, "a group within one lane's weight slot");
     for (int col = 4 * lane; col < p.head_dim; col += 128) {
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int first = 0; first < splits; first += kGroup) {
+            float4 x[kGroup];
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-#pragma unroll 8
-            for (int j = 0; j < 32; ++j) {
-                const int split = 32 * i + j;
-                if (split >= splits) break;  // the same for the whole warp
-                const float wt = __shfl_sync(kAll, weight[i], j);
-                const float4 x = *reinterpret_cast<const float4 *>(o_part + split * o_stride + col);
-                acc.x += wt * x.x, acc.y += wt * x.y, acc.z += wt * x.z, acc.w += wt * x.w;
+            for (int j = 0; j < kGroup; ++j) {
+                const int split = min(first + j, splits - 1);
+                x[j] = *reinterpret_cast<const float4 *>(o_part + split * o_stride + col);
+            }
+            const float slot = weight[first / 32];  // lane j: split first / 32 * 32 + j
+#pragma unroll
+            for (int j = 0; j < kGroup; ++j) {
+                const float shared = __shfl_sync(kAll, slot, (first + j) % 32);
+                const float wt = first + j < splits ? shared : 0.f;
+                acc.x += wt * x[j].x, acc.y += wt * x[j].y, acc.z += wt * x[j].z,
+                    acc.w += wt * x[j].w;
             }
         }
         *reinterpret_cast<uint2 *>(dst + col) =

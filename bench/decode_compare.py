@@ -3,11 +3,12 @@
 query token per sequence against a contiguous KV cache, bf16, causal, libfa2 (its
 decode kernel, key splits allowed) against PyTorch SDPA's flash and cuDNN backends.
 Rate = bytes of K and V read / time; the device-to-device copy bandwidth is measured in
-the same run as the yardstick. Each step is timed as engines run it, replayed from a
-captured CUDA graph (median of CUDA-event-timed replays; eager calls, bound by Python's
-launch cost at small shapes, are printed alongside); the first shape's step is broken
-down into its kernels' device times; two shapes also over a paged cache (pages of 16
-and 64 keys) against contiguous K/V.
+the same run as the yardstick. Each shape is timed as an engine runs it: one CUDA graph
+holds a decode step over several layers, each layer with its own K/V (together 4x the
+L2 cache, so every layer reads HBM), and the graph is replayed (median of event-timed
+replays, per layer). The first shape is also timed as one call replayed alone (its
+K/V then stays in L2) with its kernels' device times; two shapes also over a paged
+cache (pages of 16 and 64 keys) against contiguous K/V.
 
     python3 bench/decode_compare.py --lib build/libfa2.so [--csv out.csv]
 """
@@ -109,9 +110,28 @@ def capture(fn, args):
 
 
 def graph_ms(fn, args, iters=100):
-    """Median time of one step replayed from a captured CUDA graph."""
+    """Median time of one call replayed alone from a CUDA graph (its K/V stays in L2
+    between replays when it fits, and each replay waits for the host's launch)."""
     graph = capture(fn, args)
     return time_ms(lambda: graph.replay(), [()], warmup=10, iters=iters)
+
+
+def layer_count(kv_bytes):
+    """Layers of a simulated decode step: enough that their K/V together is 4x the L2
+    cache (no layer's K/V is still cached when its turn comes), 2 to 8."""
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return min(8, max(2, -(-4 * l2 // kv_bytes)))
+
+
+def step_ms(calls, iters=30):
+    """Time per layer of an engine's decode step: one CUDA graph making the calls
+    [(fn, args), ...], one per layer (each with its own Q, K, V, O), replayed; median
+    replay / layers."""
+    def step():
+        for fn, args in calls:
+            fn(*args)
+    graph = capture(step, ())
+    return time_ms(lambda: graph.replay(), [()], warmup=5, iters=iters) / len(calls)
 
 
 def kernel_us(fn, args, replays=50):
@@ -141,62 +161,70 @@ def main():
           f"{copy:.2f} TB/s; rates in TB/s of K+V read")
     rows = []
     for i, (b, sk, hq, hkv, d) in enumerate(SHAPES):
-        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        o = torch.empty_like(q)
-        kv_bytes = 2 * k.numel() * 2
-        fa2 = Fa2Decode(lib, q, k)
+        kv_bytes = 2 * b * sk * hkv * d * 2
+        layers = []
+        for _ in range(layer_count(kv_bytes)):
+            q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+            layers.append((q, k, torch.randn_like(k), torch.empty_like(q)))
+        fa2 = Fa2Decode(lib, layers[0][0], layers[0][1])
         runs = {"fa2": fa2, "flash": sdpa(SDPBackend.FLASH_ATTENTION),
                 "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
-        rate, eager = {}, {}
+        rate, alone = {}, {}
         for name, fn in runs.items():
             try:
-                eager[name] = kv_bytes / (time_ms(fn, [(q, k, v, o)], warmup=10, iters=100)
-                                          * 1e-3) / 1e12
-                rate[name] = kv_bytes / (graph_ms(fn, (q, k, v, o)) * 1e-3) / 1e12
+                rate[name] = kv_bytes / (step_ms([(fn, x) for x in layers]) * 1e-3) / 1e12
+                if i == 0:
+                    alone[name] = kv_bytes / (graph_ms(fn, layers[0]) * 1e-3) / 1e12
             except RuntimeError as e:
                 print(f"  {name} unavailable: {str(e).splitlines()[0]}")
-                rate[name] = eager[name] = float("nan")
-        line = (f"decode {b} x {sk:6d} GQA {hq}:{hkv} d={d:3d} "
-                f"splits={fa2.plan.decode_splits:2d}  fa2 {rate['fa2']:.2f}  flash "
-                f"{rate['flash']:.2f}  cudnn {rate['cudnn']:.2f}  fa2/copy "
+                rate[name] = alone[name] = float("nan")
+        line = (f"decode {b} x {sk:6d} GQA {hq}:{hkv} d={d:3d} splits="
+                f"{fa2.plan.decode_splits:2d} layers={len(layers)}  fa2 {rate['fa2']:.2f}  "
+                f"flash {rate['flash']:.2f}  cudnn {rate['cudnn']:.2f}  fa2/copy "
                 f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}  "
-                f"fa2/flash {rate['fa2'] / rate['flash']:.2f}  (eager: fa2 {eager['fa2']:.2f} "
-                f"flash {eager['flash']:.2f} cudnn {eager['cudnn']:.2f})")
+                f"fa2/flash {rate['fa2'] / rate['flash']:.2f}")
         row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
-                   splits=fa2.plan.decode_splits, copy=copy, **rate,
-                   **{f"eager_{n}": x for n, x in eager.items()})
-        if i == 0:  # where the time of a step goes
+                   splits=fa2.plan.decode_splits, layers=len(layers), copy=copy, **rate,
+                   **{f"alone_{n}": x for n, x in alone.items()})
+        if i == 0:  # one call replayed alone, and where the time of such a step goes
+            line += (f"\n  (one call replayed alone, K/V in L2: fa2 {alone['fa2']:.2f}  "
+                     f"flash {alone['flash']:.2f}  cudnn {alone['cudnn']:.2f}  fa2/cudnn "
+                     f"{alone['fa2'] / alone['cudnn']:.2f})")
             for name in ("fa2", "cudnn"):
                 try:
-                    parts = kernel_us(runs[name], (q, k, v, o))
-                    step = kv_bytes / rate[name] / 1e6
-                    line += (f"\n  ({name} kernels, us per replayed step of {step:.1f}: " +
+                    parts = kernel_us(runs[name], layers[0])
+                    step = kv_bytes / alone[name] / 1e6
+                    line += (f"\n  ({name} kernels, us, of a {step:.1f} us replay alone: " +
                              ", ".join(f"{n} {t:.1f}" for n, t in parts.items()) + ")")
                 except Exception as e:  # a diagnostic: never fails the run
                     line += f"\n  ({name} kernel times unavailable: {e})"
         print(line, flush=True)
         rows.append(row)
+        del layers, runs, fa2
     for b, sk, hq, hkv, d in (SHAPES[2], SHAPES[3]):  # paged against contiguous
-        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        o, o_paged = torch.empty_like(q), torch.empty_like(q)
-        kv_bytes = 2 * k.numel() * 2
-        dense = Fa2Decode(lib, q, k)
-        base = kv_bytes / (graph_ms(dense, (q, k, v, o)) * 1e-3) / 1e12
+        kv_bytes = 2 * b * sk * hkv * d * 2
+        layers = []
+        for _ in range(layer_count(kv_bytes)):
+            q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+            layers.append((q, k, torch.randn_like(k), torch.empty_like(q)))
+        dense = Fa2Decode(lib, layers[0][0], layers[0][1])
+        base = kv_bytes / (step_ms([(dense, x) for x in layers]) * 1e-3) / 1e12
         for page in (16, 64):
-            paged = Fa2PagedDecode(lib, q, k, v, page)
-            paged(q, k, v, o_paged)
-            dense(q, k, v, o)
-            diff = (o_paged.float() - o.float()).abs().max().item()
-            rate = kv_bytes / (graph_ms(paged, (q, k, v, o_paged)) * 1e-3) / 1e12
+            paged = [Fa2PagedDecode(lib, q, k, v, page) for q, k, v, _ in layers]
+            paged_layers = [(q, k, v, torch.empty_like(o)) for q, k, v, o in layers]
+            paged[0](*paged_layers[0])
+            dense(*layers[0])
+            diff = (paged_layers[0][3].float() - layers[0][3].float()).abs().max().item()
+            rate = kv_bytes / (step_ms(list(zip(paged, paged_layers))) * 1e-3) / 1e12
             print(f"decode paged {page:2d}, {b} x {sk}: {rate:.2f} TB/s, contiguous "
                   f"{base:.2f}, paged/contiguous {rate / base:.3f} (max diff {diff:.0e})",
                   flush=True)
             rows.append(dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
                              page=page, paged=rate, contiguous=base))
+            del paged, paged_layers
+        del layers, dense
 
     if args.csv:
         with open(args.csv, "w") as f:

@@ -44,8 +44,8 @@ int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
 {
     if (!pr->batch_invariant || pr->max_splits <= 1)
         return 0;
-    /* 32 tiles per split (1024 keys at d <= 128, 512 at 256) unless max_splits of those
-     * cannot hold seqlen_k: then the fewest tiles that can. */
+    /* 32 tiles per split (2048 keys at d = 64, 1024 at 128, 512 at 256) unless max_splits
+     * of those cannot hold seqlen_k: then the fewest tiles that can. */
     const int64_t tiles = (pr->seqlen_k + FA2_DECODE_KEYS(bucket) - 1) / FA2_DECODE_KEYS(bucket);
     const int64_t fit = (tiles + pr->max_splits - 1) / pr->max_splits;
     return (int32_t)(fit > FA2_DECODE_INVARIANT_TILES ? fit : FA2_DECODE_INVARIANT_TILES);

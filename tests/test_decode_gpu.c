@@ -164,11 +164,12 @@ static void test_decode_dense(void **state)
 
 /* A packed batch of decode rows (1 query token per sequence, one sequence empty), over
  * packed K/V (paged = 0) or a paged cache (page 16, pages dealt in reverse), with key
- * splits; each sequence against the oracle; the spare rows stay poisoned. */
-static long run_varlen(int paged)
+ * splits, head dim d, 32 query heads over hkv kv heads; each sequence against the
+ * oracle; the spare rows stay poisoned. */
+static long run_varlen(int paged, int64_t d, int64_t hkv)
 {
     enum { N = 4, SPARE = 3, PAGE = 16 };
-    const int64_t hq = 32, hkv = 8, d = 128, len_k[N] = {100, 5000, 0, 33};
+    const int64_t hq = 32, len_k[N] = {100, 5000, 0, 33};
     const int64_t len_q[N] = {1, 1, 0, 1};
     int32_t cu_q[N + 1] = {0}, cu_k[N + 1] = {0}, used[N];
     int64_t max_k = 0, pages = 0;
@@ -202,8 +203,8 @@ static long run_varlen(int paged)
     p.max_splits = 64;
     fa2_plan_t plan;
     assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
-    printf("varlen decode %s: [decode splits %d]", paged ? "paged" : "packed",
-           (int)plan.decode_splits);
+    printf("varlen decode %s, d=%" PRId64 ", GQA 32:%" PRId64 ": [decode splits %d]",
+           paged ? "paged" : "packed", d, hkv, (int)plan.decode_splits);
     const int64_t nq = total_q * hq * d, nk = k_rows * hkv * d;
     float *qv = malloc(sizeof(float) * nq), *kv = malloc(sizeof(float) * nk),
           *vv = malloc(sizeof(float) * nk), *ks = malloc(sizeof(float) * max_k * hkv * d),
@@ -215,7 +216,7 @@ static long run_varlen(int paged)
            *want_lse = malloc(sizeof(double) * hq);
     assert_true(qv && kv && vv && ks && vs && lse && qb && kb && vb && ob && want && got &&
                 want_lse);
-    oracle_rng_t rng = case_rng(g_seed, 100 + paged);
+    oracle_rng_t rng = case_rng(g_seed, (uint64_t)(100 + paged + 2 * d + hkv));
     fill(qv, qb, nq, &rng, BF16);
     fill(kv, kb, nk, &rng, BF16);
     fill(vv, vb, nk, &rng, BF16);
@@ -279,7 +280,11 @@ cleanup:
 static void test_decode_varlen(void **state)
 {
     (void)state;
-    assert_int_equal(run_varlen(0) + run_varlen(1), 0);
+    /* GQA 4 (rows 8-15 of the tile padding), and d = 64 (two paged parts a tile) with
+     * GQA 16 (every row real) */
+    assert_int_equal(run_varlen(0, 128, 8) + run_varlen(1, 128, 8) + run_varlen(0, 64, 2) +
+                         run_varlen(1, 64, 2),
+                     0);
 }
 
 /* Batch-invariant mode: one sequence's decode step alone (batch 1) and as the middle of

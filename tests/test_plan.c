@@ -322,7 +322,7 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
      * head times query tokens, when its shared memory fits; splits only when allowed. */
     const int decode_bucket = bucket == 64 || bucket == 128 || bucket == 256;
     const int64_t decode_rows = p->heads_q / p->heads_kv * p->seqlen_q;
-    const int64_t row_bytes = (bucket + 63) / 64 * 64 * 2, keys = bucket >= 256 ? 16 : 32;
+    const int64_t row_bytes = (bucket + 63) / 64 * 64 * 2, keys = bucket >= 256 ? 16 : bucket >= 128 ? 32 : 64;
     /* Q, then 4 warps x 3 stages x (K, V) */
     const int64_t decode_smem = 16 * row_bytes + 4 * 3 * 2 * keys * row_bytes;
     const int decode = decode_bucket && decode_rows <= 16 &&

@@ -37,6 +37,8 @@ struct DecodeTraits {
     static constexpr int kStages = FA2_DECODE_STAGES;
     static constexpr int kRowBytes = FA2_DECODE_ROW_BYTES(kHeadDim);
     static constexpr int kLoadChunks = kHeadDim / 8;
+    static constexpr int kPagedRows = kKeys < 32 ? kKeys : 32;  // rows of a paged part
+    static constexpr int kPagedParts = kKeys / kPagedRows;
     static constexpr int kNTiles = kKeys / 8;
     static constexpr int kDTiles = kHeadDim / 8;
     static constexpr int kQBytes = kRows * kRowBytes;
@@ -114,17 +116,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     }
     cp_async_commit();
 
-    using PagedShape = PagedTileShape<Tr::kKeys, Tr::kLoadChunks, 32>;
-    const auto swz = [](int row, int chunk) { return swizzled<Tr::kRowBytes>(row, chunk); };
-    // A warp's tile `t` (keys lo + t * kKeys ..) into stage `stage`; page: this lane's
-    // page id for it (paged caches).
-    auto load_tile_kv = [&](int t, int stage, int page) {
+    // A paged tile goes in parts of kPagedRows keys (paged_tile.cuh: at most one row per
+    // lane of a warp), each with its own page lookups.
+    using PagedShape = PagedTileShape<Tr::kPagedRows, Tr::kLoadChunks, 32>;
+    struct TilePages {
+        int id[Tr::kPagedParts];  // this lane's page id of each part
+    };
+    // A warp's tile `t` (keys lo + t * kKeys ..) into stage `stage`.
+    auto load_tile_kv = [&](int t, int stage, const TilePages &pages) {
         const int key_first = lo + t * Tr::kKeys;
         if constexpr (kMode == kPagedSeq) {
-            load_paged_tile<PagedShape>(k_buf(stage), paged_rows<Elem, false>(p, seq, kv_head),
-                                        page, key_first, p.head_dim, lane, swz);
-            load_paged_tile<PagedShape>(v_buf(stage), paged_rows<Elem, true>(p, seq, kv_head),
-                                        page, key_first, p.head_dim, lane, swz);
+#pragma unroll
+            for (int part = 0; part < Tr::kPagedParts; ++part) {
+                const int row0 = part * Tr::kPagedRows;
+                const auto swz = [row0](int row, int chunk) {
+                    return swizzled<Tr::kRowBytes>(row0 + row, chunk);
+                };
+                load_paged_tile<PagedShape>(k_buf(stage), paged_rows<Elem, false>(p, seq, kv_head),
+                                            pages.id[part], key_first + row0, p.head_dim, lane,
+                                            swz);
+                load_paged_tile<PagedShape>(v_buf(stage), paged_rows<Elem, true>(p, seq, kv_head),
+                                            pages.id[part], key_first + row0, p.head_dim, lane,
+                                            swz);
+            }
         } else {
             load_tile<Elem, Tr::kKeys, Tr::kLoadChunks, Tr::kRowBytes, 32>(
                 k_buf(stage), k_row<Elem>(p, seq, kv_head, key_first), p.k_seq_stride,
@@ -134,27 +148,33 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
                 hi - key_first, p.head_dim, lane);
         }
     };
-    auto fetch_page = [&](int t) {
-        if constexpr (kMode == kPagedSeq) {
-            const int key_first = lo + t * Tr::kKeys;
-            return fetch_tile_page<PagedShape>(paged_rows<Elem, false>(p, seq, kv_head),
-                                               key_first, hi - key_first, lane);
-        } else {
-            return -1;
+    auto fetch_pages = [&](int t) {
+        TilePages pages;
+#pragma unroll
+        for (int part = 0; part < Tr::kPagedParts; ++part) {
+            const int key_first = lo + t * Tr::kKeys + part * Tr::kPagedRows;
+            if constexpr (kMode == kPagedSeq)
+                pages.id[part] = fetch_tile_page<PagedShape>(
+                    paged_rows<Elem, false>(p, seq, kv_head), key_first, hi - key_first, lane);
+            else
+                pages.id[part] = -1;
         }
+        return pages;
     };
 
     // Prologue: the warp's first kStages - 1 tiles in flight (one commit group each,
     // empty past t_end, so that the waits below count groups alike).
     int t = t_first + warp;
-    [[maybe_unused]] int page = t < t_end ? fetch_page(t) : -1;
+    TilePages pages{};
+    if constexpr (kMode == kPagedSeq)
+        if (t < t_end) pages = fetch_pages(t);
 #pragma unroll
     for (int i = 0; i < Tr::kStages - 1; ++i) {
         const int tile = t + i * Tr::kWarps;
-        if (tile < t_end) load_tile_kv(tile, i, page);
+        if (tile < t_end) load_tile_kv(tile, i, pages);
         cp_async_commit();
         if constexpr (kMode == kPagedSeq)
-            if (tile + Tr::kWarps < t_end) page = fetch_page(tile + Tr::kWarps);
+            if (tile + Tr::kWarps < t_end) pages = fetch_pages(tile + Tr::kWarps);
     }
 
     // A packed batch's checks (varlen_check.cuh): a failed sequence writes nothing.
@@ -177,10 +197,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         // The tile kStages - 1 rounds ahead, into the stage computed last round.
         const int ahead = t + (Tr::kStages - 1) * Tr::kWarps;
         const int last = stage == 0 ? Tr::kStages - 1 : stage - 1;
-        if (ahead < t_end) load_tile_kv(ahead, last, page);
+        if (ahead < t_end) load_tile_kv(ahead, last, pages);
         cp_async_commit();
         if constexpr (kMode == kPagedSeq)
-            if (ahead + Tr::kWarps < t_end) page = fetch_page(ahead + Tr::kWarps);
+            if (ahead + Tr::kWarps < t_end) pages = fetch_pages(ahead + Tr::kWarps);
         cp_async_wait<Tr::kStages - 1>();  // tile t's K and V
         __syncwarp();
 
@@ -203,7 +223,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
                     if (key >= hi || !win.visible(token, key)) s[0][nt][e] = -INFINITY;
                 }
         }
-        softmax.update(s, o, p.scale_log2);
+        // At most 8 real rows (GQA <= 8, one token): no exponentials for rows 8-15.
+        if (m_real <= 8)
+            softmax.template update<Tr::kNTiles, Tr::kDTiles, 1>(s, o, p.scale_log2);
+        else
+            softmax.update(s, o, p.scale_log2);
         gemm_pb<Elem, Tr::kRowBytes, 1, Tr::kDTiles, Tr::kKeys / 16>(o, s, v_buf(stage), lane);
         __syncwarp();  // the stage is reloaded next round
         stage = stage + 1 == Tr::kStages ? 0 : stage + 1;

@@ -11,7 +11,8 @@
 #define FA2_DECODE_ROWS 16  /* one mma row tile */
 #define FA2_DECODE_WARPS 4
 #define FA2_DECODE_STAGES 3 /* per warp, K and V each */
-#define FA2_DECODE_KEYS(d) ((d) >= 256 ? 16 : 32)
+/* keys per warp tile: 16 KiB of K and V at every head dim */
+#define FA2_DECODE_KEYS(d) ((d) >= 256 ? 16 : (d) >= 128 ? 32 : 64)
 #define FA2_DECODE_ROW_BYTES(d) (((d) + 63) / 64 * 64 * 2)
 /* Q, then each warp's stages of K and V tiles */
 #define FA2_DECODE_SMEM_BYTES(d)                                                       \

@@ -141,6 +141,7 @@ static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const voi
     p.decode_splits = plan->decode_splits;
     p.decode_split_tiles =
         plan->decode_splits ? fa2_decode_split_tiles(&plan->problem, plan->head_dim_bucket) : 0;
+    p.decode_stages = plan->decode_splits ? fa2_decode_plan_stages(plan) : 0;
     if (plan->decode_splits > 1) {
         fa2_fwd_workspace_t ws;
         fa2_fwd_workspace_layout(&plan->problem, plan->decode_splits, &ws); /* as planned */

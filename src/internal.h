@@ -195,6 +195,12 @@ int fa2_fwd_workspace_layout(const fa2_problem_t *problem, int32_t splits,
 int32_t fa2_decode_splits(const fa2_problem_t *problem, const fa2_device_info_t *device,
                           int64_t bucket);
 
+/* The decode kernel's pipeline depth for `bucket` on a device allowing
+ * `smem_per_block_optin` bytes a block: the deepest compiled one that fits, 0 if none;
+ * and the depth a decode plan was made with (its smem_bytes says which). */
+int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin);
+int32_t fa2_decode_plan_stages(const fa2_plan_t *plan);
+
 /* Batch-invariant decode (problem->batch_invariant): key tiles per split, the same for
  * every sequence; 0 otherwise (a sequence's tiles divided over the splits). */
 int32_t fa2_decode_split_tiles(const fa2_problem_t *problem, int64_t bucket);

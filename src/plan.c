@@ -212,7 +212,9 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
     out.decode_splits = fa2_decode_splits(problem, device, tile.head_dim_bucket);
     if (out.decode_splits) { /* one block per (sequence, kv head, split) */
         out.grid_blocks = problem->batch * problem->heads_kv * out.decode_splits;
-        out.smem_bytes = FA2_DECODE_SMEM_BYTES(tile.head_dim_bucket);
+        out.smem_bytes = FA2_DECODE_SMEM_BYTES(
+            tile.head_dim_bucket,
+            fa2_decode_stages(tile.head_dim_bucket, device->smem_per_block_optin));
     }
     fa2_fwd_workspace_t fws;
     if (!fa2_fwd_workspace_layout(problem, out.decode_splits, &fws))

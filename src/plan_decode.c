@@ -40,6 +40,26 @@ static double wave_efficiency(int64_t blocks, int64_t wave)
     return (double)blocks / (double)(waves * wave);
 }
 
+int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin)
+{
+#define FA2_DECODE_FITS(n)                                             \
+    if (FA2_DECODE_SMEM_BYTES(bucket, n) <= smem_per_block_optin) \
+        return n;
+    FA2_DECODE_STAGE_COUNTS(FA2_DECODE_FITS) /* deepest first */
+#undef FA2_DECODE_FITS
+    return 0;
+}
+
+int32_t fa2_decode_plan_stages(const fa2_plan_t *plan)
+{
+#define FA2_DECODE_PLANNED(n)                                                   \
+    if (plan->smem_bytes == FA2_DECODE_SMEM_BYTES(plan->head_dim_bucket, n)) \
+        return n;
+    FA2_DECODE_STAGE_COUNTS(FA2_DECODE_PLANNED)
+#undef FA2_DECODE_PLANNED
+    return 0;
+}
+
 int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
 {
     if (!pr->batch_invariant || pr->max_splits <= 1)
@@ -59,8 +79,8 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
     FA2_DECODE_HEAD_DIMS(FA2_DECODE_BUCKET)
 #undef FA2_DECODE_BUCKET
     const int64_t group = pr->heads_q / pr->heads_kv;
-    if (!has_kernel || group * pr->seqlen_q > FA2_DECODE_ROWS ||
-        FA2_DECODE_SMEM_BYTES(bucket) > device->smem_per_block_optin)
+    const int32_t stages = fa2_decode_stages(bucket, device->smem_per_block_optin);
+    if (!has_kernel || group * pr->seqlen_q > FA2_DECODE_ROWS || !stages)
         return 0;
     if (pr->max_splits <= 1)
         return 1;
@@ -80,7 +100,7 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
      * efficiency: blocks / (waves x wave). The smallest split count within 5 % of the
      * best efficiency wins (fewer splits: less to combine), counting splits of at least
      * one key tile per warp, at most max_splits. */
-    const int64_t per_sm = device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket) + 1024);
+    const int64_t per_sm = device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket, stages) + 1024);
     /* (a device record can say anything: both factors bounded, so no overflow) */
     const int64_t wave = (per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm) *
                          (device->sm_count < 1 ? 1 : device->sm_count > 65536 ? 65536

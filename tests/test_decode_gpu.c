@@ -73,7 +73,7 @@ static const decode_case_t cases[] = {
     {BF16, 1, 1, 33000, 8, 1, 128, 1, -1, 128, 1},  /* one kv head: over 100 splits */
 };
 
-static int run_case(long index, const decode_case_t *c)
+static int run_case(long index, const decode_case_t *c, const fa2_device_info_t *info)
 {
     fa2_problem_t p;
     fa2_problem_init(&p, c->dtype, c->batch, c->seqlen_q, c->seqlen_k, c->heads_q, c->heads_kv,
@@ -86,12 +86,12 @@ static int run_case(long index, const decode_case_t *c)
            " d=%" PRId64 " causal=%d wl=%" PRId64 " max_splits=%" PRId64,
            index, c->dtype == BF16 ? "bf16" : "fp16", c->batch, c->seqlen_q, c->seqlen_k,
            c->heads_q, c->heads_kv, c->head_dim, c->causal, c->window_left, c->max_splits);
-    fa2_status_t st = fa2_plan(&p, &g_info, &plan);
+    fa2_status_t st = fa2_plan(&p, info, &plan);
     if (st != FA2_SUCCESS) {
         printf(" : fa2_plan: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
         return 0;
     }
-    printf(" [decode splits %d]", (int)plan.decode_splits);
+    printf(" [decode splits %d, %d B shared]", (int)plan.decode_splits, (int)plan.smem_bytes);
     const int shape_ok = plan.decode_splits >= 1 && (plan.decode_splits > 1) == c->want_splits;
     const int64_t nq = c->batch * c->seqlen_q * c->heads_q * c->head_dim,
                   nk = c->batch * c->seqlen_k * c->heads_kv * c->head_dim,
@@ -156,7 +156,26 @@ static void test_decode_dense(void **state)
     long failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         if (g_only < 0 || g_only == (long)i)
-            failed += !run_case((long)i, &cases[i]);
+            failed += !run_case((long)i, &cases[i], &g_info);
+    printf("%ld of %zu cases failed (seed %" PRIu64 ")\n", failed, sizeof cases / sizeof cases[0],
+           g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* The same cases planned for an A100's record (sm_80, 163 KiB a block, 108
+ * multiprocessors: the two-stage pipeline, other split counts, no programmatic
+ * dependent launch) and run here. */
+static void test_decode_a100_record(void **state)
+{
+    (void)state;
+    fa2_device_info_t a100 = g_info;
+    a100.cc_major = 8, a100.cc_minor = 0, a100.sm_count = 108;
+    a100.smem_per_block_optin = 166912, a100.smem_per_sm = 167936;
+    long failed = 0;
+    printf("planned for sm_80 with 166912 bytes of shared memory per block:\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        if (g_only < 0 || g_only == (long)(200 + i))
+            failed += !run_case((long)(200 + i), &cases[i], &a100);
     printf("%ld of %zu cases failed (seed %" PRIu64 ")\n", failed, sizeof cases / sizeof cases[0],
            g_seed);
     assert_int_equal(failed, 0);
@@ -346,6 +365,7 @@ int main(void)
         return setup;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_dense),
+        cmocka_unit_test(test_decode_a100_record),
         cmocka_unit_test(test_decode_varlen),
         cmocka_unit_test(test_batch_invariant),
     };

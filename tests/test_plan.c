@@ -323,8 +323,11 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     const int decode_bucket = bucket == 64 || bucket == 128 || bucket == 256;
     const int64_t decode_rows = p->heads_q / p->heads_kv * p->seqlen_q;
     const int64_t row_bytes = (bucket + 63) / 64 * 64 * 2, keys = bucket >= 256 ? 16 : bucket >= 128 ? 32 : 64;
-    /* Q, then 4 warps x 3 stages x (K, V) */
-    const int64_t decode_smem = 16 * row_bytes + 4 * 3 * 2 * keys * row_bytes;
+    /* Q, then 4 warps x 3 stages x (K, V) where that fits, else 2 stages */
+    const int64_t deep_smem = 16 * row_bytes + 4 * 3 * 2 * keys * row_bytes;
+    const int64_t decode_smem = deep_smem <= d->smem_per_block_optin
+                                    ? deep_smem
+                                    : 16 * row_bytes + 4 * 2 * 2 * keys * row_bytes;
     const int decode = decode_bucket && decode_rows <= 16 &&
                        decode_smem <= d->smem_per_block_optin;
     assert_int_equal(pl->decode_splits > 0, decode);
@@ -700,6 +703,17 @@ static void test_decode_splits(void **state)
     assert_int_equal(pl.decode_splits, 16);
     assert_int_equal(pl.grid_blocks, 8 * 16);
     assert_int_equal(pl.workspace_bytes, 16 * 32 * 4 + 16 * 32 * 128 * 4);
+    /* A100 (163 KiB a block, 108 multiprocessors): two stages, 132 KiB, one block a
+     * multiprocessor; 13 splits fill 104/108 (best within 5 %: 27 fill 216/216). */
+    fa2_device_info_t other = device80(166912);
+    other.sm_count = 108;
+    other.smem_per_sm = 167936;
+    assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.smem_bytes, 16 * 256 + 4 * 2 * 2 * 32 * 256);
+    assert_int_equal(pl.decode_splits, 13);
+    other = device80(101376); /* 99 KiB: no depth fits, the prefill kernels */
+    assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 0);
     p.max_splits = 8; /* capped */
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.decode_splits, 8);

@@ -86,6 +86,8 @@ typedef struct fa2_params_t {
     int32_t decode_splits;
     int32_t decode_split_tiles; /* > 0: each split this many key tiles (batch-invariant);
                                    0: a sequence's tiles divided evenly over the splits */
+    int32_t decode_stages;      /* the decode kernel's pipeline depth (compiled ones:
+                                   FA2_DECODE_STAGE_COUNTS) */
     int64_t accum_rows;
     float *o_accum;
     float *lse_accum;

@@ -6,9 +6,9 @@
 //   - split-KV: the sequence's keys are cut into decode_splits ranges, one block each,
 //     so that a small batch still fills the GPU; the splits' results are merged by the
 //     combine kernel (decode_run.cuh);
-//   - the four warps of a block each stream their own key tiles (tile w, w + 4, ...)
-//     through a private kStages-deep cp.async pipeline, each with its own online softmax;
-//     the warps' results are merged in shared memory at the end.
+//   - the four warps of a block each stream their own key tiles (tile w, w + 4, ...; 16
+//     KiB of K and V a tile) through a private kStages-deep cp.async pipeline, each with
+//     its own online softmax; the warps' results are merged in shared memory at the end.
 #pragma once
 
 #include <stdint.h>
@@ -26,7 +26,7 @@
 
 namespace fa2 {
 
-template <typename Elem_, int kHeadDim_>
+template <typename Elem_, int kHeadDim_, int kStages_>
 struct DecodeTraits {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
@@ -34,7 +34,7 @@ struct DecodeTraits {
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = FA2_DECODE_ROWS;
     static constexpr int kKeys = FA2_DECODE_KEYS(kHeadDim);  // keys per warp tile
-    static constexpr int kStages = FA2_DECODE_STAGES;
+    static constexpr int kStages = kStages_;
     static constexpr int kRowBytes = FA2_DECODE_ROW_BYTES(kHeadDim);
     static constexpr int kLoadChunks = kHeadDim / 8;
     static constexpr int kPagedRows = kKeys < 32 ? kKeys : 32;  // rows of a paged part
@@ -44,12 +44,13 @@ struct DecodeTraits {
     static constexpr int kQBytes = kRows * kRowBytes;
     static constexpr int kTileBytes = kKeys * kRowBytes;         // one K or V tile
     static constexpr int kWarpBytes = kStages * 2 * kTileBytes;  // a warp's buffers
-    static constexpr int kSmemBytes = FA2_DECODE_SMEM_BYTES(kHeadDim);
+    static constexpr int kSmemBytes = FA2_DECODE_SMEM_BYTES(kHeadDim, kStages);
     // After the loop the warps' O (fp32) and row statistics reuse the K/V buffers.
     static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
     static_assert(kSmemBytes == kQBytes + kWarps * kWarpBytes, "the planner's size");
     static_assert(kMergeBytes <= kWarps * kWarpBytes, "the merge fits the K/V space");
     static_assert(kRows == 16, "one mma row tile");
+    static_assert(kStages >= 2, "a tile in flight while one is computed");
     static_assert(kKeys % 16 == 0 && kHeadDim % 16 == 0, "k16 steps");
 };
 

@@ -91,10 +91,10 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t 
     if (p.lse && lane == 0) p.lse[stats_row(p, seq, head) + token] = total;
 }
 
-template <typename Elem, int kHeadDim>
+template <typename Elem, int kHeadDim, int kStages>
 cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
-    using Tr = DecodeTraits<Elem, kHeadDim>;
+    using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
     const int64_t grid = static_cast<int64_t>(p.batch) * p.heads_kv * p.decode_splits;
     const auto kernel = p.page_table    ? decode_kernel<Tr, kPagedSeq>
                         : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq>

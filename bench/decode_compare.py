@@ -17,11 +17,10 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import fa2lib, time_ms  # noqa: E402
+from sdpa_compare import fa2lib, sdpa, time_ms, write_csv  # noqa: E402
 
 # (batch, keys, heads_q, heads_kv, head_dim): the issue's table, then its other head dims
 # and GQA ratios
@@ -87,15 +86,6 @@ class Fa2PagedDecode:
                                  stream=torch.cuda.current_stream().cuda_stream)
 
 
-def sdpa(backend):
-    def run(q, k, v, o):
-        with sdpa_kernel([backend]):
-            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                           v.transpose(1, 2), is_causal=False,
-                                           enable_gqa=True)
-    return run
-
-
 def capture(fn, args):
     """A CUDA graph of one call of fn(*args)."""
     stream = torch.cuda.Stream()
@@ -121,6 +111,16 @@ def layer_count(kv_bytes):
     cache (no layer's K/V is still cached when its turn comes), 2 to 8."""
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     return min(8, max(2, -(-4 * l2 // kv_bytes)))
+
+
+def make_layers(b, sk, hq, hkv, d):
+    """Random (Q, K, V, O) of one decode step for each of layer_count() layers."""
+    layers = []
+    for _ in range(layer_count(2 * b * sk * hkv * d * 2)):
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        layers.append((q, k, torch.randn_like(k), torch.empty_like(q)))
+    return layers
 
 
 def step_ms(calls, iters=30):
@@ -162,14 +162,10 @@ def main():
     rows = []
     for i, (b, sk, hq, hkv, d) in enumerate(SHAPES):
         kv_bytes = 2 * b * sk * hkv * d * 2
-        layers = []
-        for _ in range(layer_count(kv_bytes)):
-            q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
-            k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
-            layers.append((q, k, torch.randn_like(k), torch.empty_like(q)))
+        layers = make_layers(b, sk, hq, hkv, d)
         fa2 = Fa2Decode(lib, layers[0][0], layers[0][1])
-        runs = {"fa2": fa2, "flash": sdpa(SDPBackend.FLASH_ATTENTION),
-                "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+        runs = {"fa2": fa2, "flash": sdpa(SDPBackend.FLASH_ATTENTION, False, True),
+                "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, False, True)}
         rate, alone = {}, {}
         for name, fn in runs.items():
             try:
@@ -204,11 +200,7 @@ def main():
         del layers, runs, fa2
     for b, sk, hq, hkv, d in (SHAPES[2], SHAPES[3]):  # paged against contiguous
         kv_bytes = 2 * b * sk * hkv * d * 2
-        layers = []
-        for _ in range(layer_count(kv_bytes)):
-            q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
-            k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
-            layers.append((q, k, torch.randn_like(k), torch.empty_like(q)))
+        layers = make_layers(b, sk, hq, hkv, d)
         dense = Fa2Decode(lib, layers[0][0], layers[0][1])
         base = kv_bytes / (step_ms([(dense, x) for x in layers]) * 1e-3) / 1e12
         for page in (16, 64):
@@ -227,11 +219,7 @@ def main():
         del layers, dense
 
     if args.csv:
-        with open(args.csv, "w") as f:
-            keys = sorted({k for r in rows for k in r})
-            f.write(",".join(keys) + "\n")
-            for r in rows:
-                f.write(",".join(str(r.get(k, "")) for k in keys) + "\n")
+        write_csv(args.csv, rows)
     return 0
 
 

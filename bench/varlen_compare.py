@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import fa2lib, time_ms  # noqa: E402
+from sdpa_compare import fa2lib, time_ms, write_csv  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
 
@@ -195,11 +195,7 @@ def main():
         rows.append(decode_row(lib, base, batch, keys, 16, dt))
 
     if args.csv:
-        with open(args.csv, "w") as f:
-            keys = sorted({k for r in rows for k in r})
-            f.write(",".join(keys) + "\n")
-            for r in rows:
-                f.write(",".join(str(r.get(k, "")) for k in keys) + "\n")
+        write_csv(args.csv, rows)
     return 0
 
 

@@ -23,6 +23,8 @@
 #   FA2_VARLEN=1     also run bench/varlen_compare.py (packed and paged batches against
 #                    PyTorch's varlen kernel and libfa2's dense one, paged decode steps;
 #                    with FA2_BASELINE those A/B against the baseline); varlen.log
+#   FA2_DECODE=1     also run bench/decode_compare.py (decode steps against SDPA flash and
+#                    cuDNN, and the copy bandwidth); decode.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -115,6 +117,12 @@ if [ "${FA2_SDPA:-0}" = 1 ]; then
         --csv "$OUT/sdpa.csv" ${FA2_SDPA_ARGS:-}
 fi
 
+if [ "${FA2_DECODE:-0}" = 1 ]; then
+    : >"$OUT/decode.log"
+    run_step decode "$OUT/decode.log" python3 bench/decode_compare.py --lib "$BUILD/libfa2.so" \
+        --csv "$OUT/decode.csv"
+fi
+
 if [ "${FA2_VARLEN:-0}" = 1 ]; then
     : >"$OUT/varlen.log"
     # shellcheck disable=SC2046  # with FA2_BASELINE: decode rows A/B against it
@@ -171,6 +179,10 @@ fi
     if [ -s "$OUT/ab-noise.log" ]; then
         echo "noise:  this tree over a copy of itself:"
         grep -E '^[0-9]+ shapes, ' "$OUT/ab-noise.log" | sed 's/^/        /'
+    fi
+    if [ -s "$OUT/decode.log" ]; then
+        echo "decode: (TB/s of K+V read)"
+        grep -E "^decode |graph replay|copy bandwidth" "$OUT/decode.log" | sed 's/^/        /'
     fi
     if [ -s "$OUT/varlen.log" ]; then
         echo "varlen: (TFLOP/s)"

@@ -9,7 +9,6 @@ them). Prints a table and writes CSV.
     python3 bench/sdpa_compare.py --lib build/libfa2.so [--csv out.csv] [--quick]
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -80,6 +79,16 @@ def sdpa(backend, causal, gqa):
                                            v.transpose(1, 2), is_causal=causal,
                                            enable_gqa=gqa)
     return run
+
+
+def write_csv(path, rows):
+    """Rows (dicts) as CSV: the columns every key seen, in order of first appearance;
+    a row without a key leaves its cell empty."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w") as f:
+        f.write(",".join(keys) + "\n")
+        for r in rows:
+            f.write(",".join(str(r.get(k, "")) for k in keys) + "\n")
 
 
 def rel_err(x, ref):
@@ -218,10 +227,7 @@ def main():
               flush=True)
         torch.cuda.empty_cache()
     if args.csv:
-        with open(args.csv, "w") as f:
-            f.write(",".join(rows[0].keys()) + "\n")
-            for r in rows:
-                f.write(",".join(str(v_) for v_ in r.values()) + "\n")
+        write_csv(args.csv, rows)
     bad = [r for r in rows if not (r["err"] < 2e-2) or
            (not args.no_backward and not (r["bwd_err"] < 3e-2))]
     if bad:

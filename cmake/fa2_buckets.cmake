@@ -33,3 +33,16 @@ fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm80/fwd_tiles.h FA2_TILE_C
                  FA2_COMPACT_HEAD_DIMS)
 fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm80/bwd_tiles.h FA2_BWD_TILE_COMPACT_D
                  FA2_COMPACT_BWD_HEAD_DIMS)
+# Buckets with the decode kernel: the X(d) entries of FA2_DECODE_HEAD_DIMS in
+# kernels/decode/decode_tiles.h.
+file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/kernels/decode/decode_tiles.h fa2_decode_line
+     REGEX "^#define FA2_DECODE_HEAD_DIMS\\(X\\)")
+string(REGEX MATCHALL "X\\(([0-9]+)\\)" fa2_decode_items "${fa2_decode_line}")
+set(FA2_DECODE_HEAD_DIMS "")
+foreach(item IN LISTS fa2_decode_items)
+  string(REGEX REPLACE "X\\(([0-9]+)\\)" "\\1" d "${item}")
+  list(APPEND FA2_DECODE_HEAD_DIMS ${d})
+endforeach()
+if(NOT FA2_DECODE_HEAD_DIMS)
+  message(FATAL_ERROR "no FA2_DECODE_HEAD_DIMS in kernels/decode/decode_tiles.h")
+endif()

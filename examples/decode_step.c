@@ -130,11 +130,16 @@ int main(void)
     p.pages_per_seq = kPagesPerSeq;
     p.k_batch_stride = p.v_batch_stride = (int64_t)kPage * ROW; /* page strides */
     p.causal = 1;
+    p.max_splits = 16; /* the decode kernel may split each sequence's keys over blocks */
     if (!fa2_ok(fa2_device_info_query(0, &dev), "fa2_device_info_query") ||
         !fa2_ok(fa2_plan(&p, &dev, &plan), "fa2_plan"))
         return 1;
-    printf("fa2_decode_step: %d sequences, GQA %d:%d, d=%d, pages of %d keys; %s kernels\n",
-           kSeqs, kHeadsQ, kHeadsKV, kHeadDim, kPage, plan.fwd_arch == 90 ? "Hopper" : "mma.sync");
+    printf("fa2_decode_step: %d sequences, GQA %d:%d, d=%d, pages of %d keys; %s, %d key "
+           "splits\n",
+           kSeqs, kHeadsQ, kHeadsKV, kHeadDim, kPage,
+           plan.decode_splits ? "decode kernel"
+                              : plan.fwd_arch == 90 ? "Hopper kernels" : "mma.sync kernels",
+           (int)(plan.decode_splits ? plan.decode_splits : 1));
 
     engine_t e = {0};
     e.k = calloc((size_t)kPages * kPage * ROW, sizeof(float));

@@ -87,6 +87,7 @@ typedef enum fa2_status_t {
 #define FA2_MAX_WINDOW 2147483647         /* window_left, window_right */
 #define FA2_MAX_SOFTMAX_SCALE 65536.0f    /* softmax_scale */
 #define FA2_MAX_COMBINE_PARTS 65536       /* fa2_combine_problem_t.parts */
+#define FA2_MAX_SPLITS 128                /* fa2_problem_t.max_splits */
 
 typedef enum fa2_dtype_t {
     FA2_DTYPE_FP16 = 1, /* IEEE binary16 */
@@ -185,6 +186,15 @@ typedef struct fa2_problem_t {
     int64_t page_size;       /* key rows per page, in [1, FA2_MAX_SEQLEN] */
     int64_t num_pages;       /* pages K and V hold, in [1, 2^31 - 1] */
     int64_t pages_per_seq;   /* page-table entries per sequence, >= ceil(seqlen_k / page_size) */
+    /* Decode (see below): at most this many key splits per (sequence, kv head) when the
+     * decode kernel runs, in [0, FA2_MAX_SPLITS]; 0 or 1: no splits (no workspace). */
+    int64_t max_splits;
+    /* 1: key splits of a fixed length, from the planned seqlen_k and max_splits only, so
+     * a sequence's output is bit-identical whatever else is in the batch, and under any
+     * plan of the same seqlen_k and max_splits (batch sizes differing). 0: splits sized
+     * to fill the device. */
+    int32_t batch_invariant;
+    int32_t reserved2;       /* zero */
 } fa2_problem_t;
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
@@ -232,6 +242,16 @@ typedef enum fa2_varlen_check_t {
     FA2_VARLEN_PAGE_ID = 6       /* a page-table entry for one of the sequence's keys
                                     outside [0, num_pages) */
 } fa2_varlen_check_t;
+
+/* Decode: when the query heads that share a kv head times the (planned) query tokens
+ * are at most 16 (one query token with GQA groups up to 16, or up to 16 tokens of
+ * speculative decoding with MHA) and the head-dim bucket is 64, 128 or 256, fa2_plan
+ * picks the decode kernel (plan->decode_splits >= 1): it reads each K/V row once per kv
+ * head. With max_splits > 1 it may also split each sequence's keys across blocks so
+ * that a small batch fills the GPU (plan->decode_splits splits, chosen from the planned
+ * shape and the device, fixed for the plan: graph replays keep it); the splits' partial
+ * results then live in the workspace (plan->workspace_bytes) and are merged on the GPU
+ * before the call returns its O and LSE. */
 
 /* Sets struct_size, the sizes, dtype, contiguous BSHD strides for Q, K, V and O,
  * softmax_scale = 0 (1/sqrt(d)), causal = 0, windows = -1, deterministic = 0.
@@ -289,6 +309,12 @@ typedef struct fa2_plan_t {
     int32_t bwd_arch;            /* backward kernel family: 90 = Hopper wgmma kernels
                                     (sm_90, head-dim buckets 64/128/256, both modes),
                                     80 = mma.sync */
+    int32_t decode_splits;       /* 0: the forward runs the prefill kernels; n >= 1: the
+                                    decode kernel (few query rows per kv head), each
+                                    sequence's keys in n splits merged after (n > 1 needs
+                                    the workspace). grid_blocks and smem_bytes are then
+                                    the decode kernel's */
+    int32_t reserved2;           /* zero */
     fa2_device_info_t device;    /* the device the plan was made for (a copy) */
 } fa2_plan_t;
 

@@ -3,13 +3,37 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "decode/decode_tiles.h"
 #include "fwd_run.h"
 #include "sm90/fwd_sm90_tiles.h"
 #include "sm80/fwd_tiles.h"
 
+// The decode kernel of pipeline depth kStages for the plan's bucket and dtype.
+template <int kStages>
+static cudaError_t decode_launch(const fa2_params_t *p, cudaStream_t s)
+{
+    switch (p->head_dim_bucket) {
+#define FA2_DECODE_CASE(d)                                                                \
+    case d:                                                                               \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::decode_run<__nv_bfloat16, d, kStages>(*p, s) \
+                                          : fa2::decode_run<__half, d, kStages>(*p, s);
+        FA2_DECODE_HEAD_DIMS(FA2_DECODE_CASE)
+#undef FA2_DECODE_CASE
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
 extern "C" int fa2_fwd_launch(const fa2_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p->decode_splits > 0) {  // the plan chose the decode kernel and its depth
+#define FA2_DECODE_DEPTH_CASE(n) \
+    if (p->decode_stages == n) return decode_launch<n>(p, s);
+        FA2_DECODE_STAGE_COUNTS(FA2_DECODE_DEPTH_CASE)
+#undef FA2_DECODE_DEPTH_CASE
+        return cudaErrorInvalidValue;
+    }
 #if defined(FA2_WITH_SM90A)
     if (p->kernel_family == 90) {
         switch (p->head_dim_bucket) {

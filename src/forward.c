@@ -138,6 +138,17 @@ static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const voi
 
     fa2_fill_params(plan, q, k, v, o, lse, offsets, &p);
     p.varlen_check = offsets ? (int32_t *)workspace : NULL;
+    p.decode_splits = plan->decode_splits;
+    p.decode_split_tiles =
+        plan->decode_splits ? fa2_decode_split_tiles(&plan->problem, plan->head_dim_bucket) : 0;
+    p.decode_stages = plan->decode_splits ? fa2_decode_plan_stages(plan) : 0;
+    if (plan->decode_splits > 1) {
+        fa2_fwd_workspace_t ws;
+        fa2_fwd_workspace_layout(&plan->problem, plan->decode_splits, &ws); /* as planned */
+        p.accum_rows = ws.rows;
+        p.lse_accum = (float *)((char *)workspace + ws.lse_offset);
+        p.o_accum = (float *)((char *)workspace + ws.o_offset);
+    }
     e = fa2_fwd_launch(&p, stream);
     if (e != 0)
         return fa2_fail(FA2_ERROR_CUDA, "forward kernel launch (head_dim=%d, %s): %s",

@@ -176,6 +176,35 @@ typedef struct fa2_bwd_workspace_t {
 int fa2_bwd_workspace_layout(const fa2_problem_t *problem, int dq_by_atomics,
                              fa2_bwd_workspace_t *ws);
 
+/* The forward's workspace: a packed batch's metadata records (int32 per sequence) from
+ * byte 0; with decode splits (splits > 1) then, each 256-byte aligned, the splits' LSE
+ * (fp32 [splits, heads_q, rows]) and O (fp32 [splits, rows, heads_q, head_dim]), rows =
+ * total_q or batch * seqlen_q. The one place that lays it out (fa2_plan sizes it,
+ * fa2_forward places the pointers). 0 when a size overflows int64. */
+typedef struct fa2_fwd_workspace_t {
+    int64_t lse_offset, o_offset; /* 0: no splits */
+    int64_t rows;
+    int64_t total_bytes;
+} fa2_fwd_workspace_t;
+int fa2_fwd_workspace_layout(const fa2_problem_t *problem, int32_t splits,
+                             fa2_fwd_workspace_t *ws);
+
+/* The decode kernel's choice for a validated problem on `device` with head-dim bucket
+ * `bucket`: 0 = the prefill kernels; n >= 1 = the decode kernel with n key splits
+ * (src/plan_decode.c). */
+int32_t fa2_decode_splits(const fa2_problem_t *problem, const fa2_device_info_t *device,
+                          int64_t bucket);
+
+/* The decode kernel's pipeline depth for `bucket` on a device allowing
+ * `smem_per_block_optin` bytes a block: the deepest compiled one that fits, 0 if none;
+ * and the depth a decode plan was made with (its smem_bytes says which). */
+int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin);
+int32_t fa2_decode_plan_stages(const fa2_plan_t *plan);
+
+/* Batch-invariant decode (problem->batch_invariant): key tiles per split, the same for
+ * every sequence; 0 otherwise (a sequence's tiles divided over the splits). */
+int32_t fa2_decode_split_tiles(const fa2_problem_t *problem, int64_t bucket);
+
 /* The kernel parameters of a validated plan and its forward tensors (the backward then
  * adds its own and its kernel family). */
 /* A problem's tensors as [batch, rows, heads, head_dim] with its strides: a dense batch

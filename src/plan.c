@@ -7,6 +7,7 @@
 #include "sm90/bwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
 #include "sm80/fwd_tiles.h"
+#include "decode/decode_tiles.h"
 #include "internal.h"
 
 static int64_t ceil_div(int64_t a, int64_t b)
@@ -208,7 +209,17 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
                         (long long)out.grid_blocks);
     out.smem_bytes = tile.smem_bytes;
     out.fwd_arch = tile.arch;
-    out.workspace_bytes = problem->total_q ? 4 * problem->batch : 0; /* the checks */
+    out.decode_splits = fa2_decode_splits(problem, device, tile.head_dim_bucket);
+    if (out.decode_splits) { /* one block per (sequence, kv head, split) */
+        out.grid_blocks = problem->batch * problem->heads_kv * out.decode_splits;
+        out.smem_bytes = FA2_DECODE_SMEM_BYTES(
+            tile.head_dim_bucket,
+            fa2_decode_stages(tile.head_dim_bucket, device->smem_per_block_optin));
+    }
+    fa2_fwd_workspace_t fws;
+    if (!fa2_fwd_workspace_layout(problem, out.decode_splits, &fws))
+        return fa2_fail(FA2_ERROR_SIZE_OVERFLOW, "the forward's workspace overflows int64");
+    out.workspace_bytes = fws.total_bytes;
     plan_backward(problem, device, tile.head_dim_bucket, &out);
     out.device = *device;
     out.device.struct_size = sizeof(fa2_device_info_t);

@@ -248,6 +248,12 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
 
     if ((s = check_packed(p)))
         return s;
+    if ((s = fa2_check_range("max_splits", p->max_splits, 0, FA2_MAX_SPLITS)) ||
+        (s = fa2_check_range("batch_invariant", p->batch_invariant, 0, 1)))
+        return s;
+    if (p->reserved2 != 0)
+        return fa2_fail(FA2_ERROR_RESERVED, "problem->reserved2=%d must be zero",
+                        (int)p->reserved2);
     /* The tensors as laid out (a packed batch: its rows; paged K/V: its pages). */
     const fa2_layout_dims_t qd = fa2_layout_dims(p, 1), kd = fa2_layout_dims(p, 0);
 

@@ -318,19 +318,46 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     assert_true(pl->block_m >= 16 && pl->block_m % 16 == 0);
     assert_true(pl->block_n >= 16 && pl->block_n % 16 == 0);
     assert_int_equal(pl->fwd_arch, t->arch);
-    assert_int_equal(pl->smem_bytes, t->smem);
-    /* Q (Br rows) + K double buffer + V (Bc rows each), rows of >= d 2-byte values. */
-    assert_true(pl->smem_bytes >= (pl->block_m + 3 * pl->block_n) * bucket * 2);
+    /* The decode kernel: exactly for its buckets, at most 16 rows of query heads per kv
+     * head times query tokens, when its shared memory fits; splits only when allowed. */
+    const int decode_bucket = bucket == 64 || bucket == 128 || bucket == 256;
+    const int64_t decode_rows = p->heads_q / p->heads_kv * p->seqlen_q;
+    const int64_t row_bytes = (bucket + 63) / 64 * 64 * 2, keys = bucket >= 256 ? 16 : bucket >= 128 ? 32 : 64;
+    /* Q, then 4 warps x 3 stages x (K, V) where that fits, else 2 stages */
+    const int64_t deep_smem = 16 * row_bytes + 4 * 3 * 2 * keys * row_bytes;
+    const int64_t decode_smem = deep_smem <= d->smem_per_block_optin
+                                    ? deep_smem
+                                    : 16 * row_bytes + 4 * 2 * 2 * keys * row_bytes;
+    const int decode = decode_bucket && decode_rows <= 16 &&
+                       decode_smem <= d->smem_per_block_optin;
+    assert_int_equal(pl->decode_splits > 0, decode);
+    assert_true(pl->decode_splits <= (p->max_splits > 1 ? p->max_splits : 1));
+    if (decode) {
+        assert_int_equal(pl->smem_bytes, decode_smem);
+        assert_int_equal(pl->grid_blocks, p->batch * p->heads_kv * pl->decode_splits);
+    } else {
+        assert_int_equal(pl->smem_bytes, t->smem);
+        /* Q (Br rows) + K double buffer + V (Bc rows each), rows of >= d 2-byte values. */
+        assert_true(pl->smem_bytes >= (pl->block_m + 3 * pl->block_n) * bucket * 2);
+    }
     assert_true(pl->smem_bytes <= d->smem_per_block_optin);
     assert_int_equal(pl->block_m_rule, expected_rule(pl->seed_br, seed, t->br));
     assert_int_equal(pl->block_n_rule, expected_rule(pl->seed_bc, seed, t->bc));
 
-    /* Grid: one block per (batch, head, Br query rows), covering every row. */
-    assert_int_equal(pl->grid_blocks % (p->batch * p->heads_q), 0);
-    per_head = pl->grid_blocks / (p->batch * p->heads_q);
-    assert_true(per_head * pl->block_m >= p->seqlen_q);
-    assert_true((per_head - 1) * pl->block_m < p->seqlen_q);
-    assert_int_equal(pl->workspace_bytes, 0);
+    /* Grid (prefill): one block per (batch, head, Br query rows), covering every row. */
+    if (!decode) {
+        assert_int_equal(pl->grid_blocks % (p->batch * p->heads_q), 0);
+        per_head = pl->grid_blocks / (p->batch * p->heads_q);
+        assert_true(per_head * pl->block_m >= p->seqlen_q);
+        assert_true((per_head - 1) * pl->block_m < p->seqlen_q);
+    }
+    /* Workspace: none, unless the decode kernel splits the keys (fp32 O and LSE per
+     * split, row and query head). */
+    if (pl->decode_splits <= 1)
+        assert_int_equal(pl->workspace_bytes, 0);
+    else
+        assert_true(pl->workspace_bytes >= (int64_t)pl->decode_splits * p->batch * p->seqlen_q *
+                                               p->heads_q * (p->head_dim + 1) * 4);
 
     /* Backward: the kernel family and tiles of the table for this device and mode;
      * refused for shared memory exactly when those tiles do not fit. */
@@ -655,6 +682,70 @@ static void test_bucket_mapping_and_scale(void **state)
     }
 }
 
+/* The decode kernel's split count, worked by hand for an H200 (132 multiprocessors,
+ * 228 KiB each: one 132 KiB decode block per multiprocessor at d = 128): batch 1, GQA
+ * 32:8, one query token, 8192 keys: 8 (sequence, kv head) pairs, so ceil(132 / 8) = 17
+ * splits fill one wave; the workspace then holds 17 x 32 LSEs (2176 bytes, padded to
+ * 2304) and 17 x 32 x 128 fp32 values of O. Without max_splits: no split, no workspace.
+ * Five query tokens of GQA 4 (20 rows) are past the decode kernel's 16. */
+static void test_decode_splits(void **state)
+{
+    (void)state;
+    const fa2_device_info_t d = device(232448);
+    fa2_problem_t p;
+    fa2_plan_t pl;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1, 8192, 32, 8, 128);
+    p.max_splits = 64;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    /* 8 kv heads; 132 multiprocessors holding one block each. 16 splits fill 128/132 of
+     * one wave, 33 all of two (the best), 15 only 120/132: 16 is the smallest within 5 %
+     * of the best. */
+    assert_int_equal(pl.decode_splits, 16);
+    assert_int_equal(pl.grid_blocks, 8 * 16);
+    assert_int_equal(pl.workspace_bytes, 16 * 32 * 4 + 16 * 32 * 128 * 4);
+    /* A100 (163 KiB a block, 108 multiprocessors): two stages, 132 KiB, one block a
+     * multiprocessor; 13 splits fill 104/108 (best within 5 %: 27 fill 216/216). */
+    fa2_device_info_t other = device80(166912);
+    other.sm_count = 108;
+    other.smem_per_sm = 167936;
+    assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.smem_bytes, 16 * 256 + 4 * 2 * 2 * 32 * 256);
+    assert_int_equal(pl.decode_splits, 13);
+    other = device80(101376); /* 99 KiB: no depth fits, the prefill kernels */
+    assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 0);
+    p.max_splits = 8; /* capped */
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 8);
+    p.max_splits = 0;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 1);
+    assert_int_equal(pl.workspace_bytes, 0);
+    p.seqlen_k = 64; /* 2 tiles: fewer than one per warp, no split */
+    p.max_splits = 64;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 1);
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 5, 8192, 32, 8, 128);
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 0);
+    /* Batch-invariant: 256 key tiles of 32, 32 tiles per split (64 splits could hold
+     * them 4 a split: the floor of 32 wins), 8 splits whatever the batch. */
+    for (int64_t batch = 1; batch <= 64; batch *= 4) {
+        fa2_problem_init(&p, FA2_DTYPE_BF16, batch, 1, 8192, 32, 8, 128);
+        p.max_splits = 64;
+        p.batch_invariant = 1;
+        assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+        assert_int_equal(pl.decode_splits, 8);
+    }
+    p.seqlen_k = 1 << 20; /* 32768 tiles: 64 splits of 512 */
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.decode_splits, 64);
+    p.batch_invariant = 2;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_ERROR_INVALID_SIZE);
+    p.max_splits = FA2_MAX_SPLITS + 1;
+    assert_int_equal(fa2_plan(&p, &d, &pl), FA2_ERROR_INVALID_SIZE);
+}
+
 /* Grid size for lengths around the tile edge, and a big batch x heads product. */
 static void test_grid(void **state)
 {
@@ -668,7 +759,8 @@ static void test_grid(void **state)
         fa2_problem_init(&p, FA2_DTYPE_BF16, 5, lens[i], 3, 6, 3, 64);
         assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
         br = pl.block_m;
-        assert_int_equal(pl.grid_blocks, 5 * 6 * ((lens[i] + br - 1) / br));
+        if (!pl.decode_splits) /* else: one block per (sequence, kv head, split) */
+            assert_int_equal(pl.grid_blocks, 5 * 6 * ((lens[i] + br - 1) / br));
         check_plan(&p, &d, &pl);
     }
 }
@@ -737,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_bucket_mapping_and_scale),
         cmocka_unit_test(test_grid),
+        cmocka_unit_test(test_decode_splits),
         cmocka_unit_test(test_device_runs_plan),
         cmocka_unit_test(test_problem_copied),
     };

@@ -364,7 +364,7 @@ class Errors(unittest.TestCase):
             self.assertEqual(getattr(fa2, name), code)
         limits = dict(re.findall(r"#define FA2_(MAX_\w+) ([0-9.]+)f?", text))
         self.assertEqual(set(limits), {"MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
-                                       "MAX_COMBINE_PARTS"})
+                                       "MAX_COMBINE_PARTS", "MAX_SPLITS"})
         for name, value in limits.items():
             self.assertEqual(getattr(fa2, name), float(value), name)
 

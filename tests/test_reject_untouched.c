@@ -360,9 +360,12 @@ static void test_backward_rejections(void **state)
     BWD("plan.struct_size=older caller", c.plan = &bad, FA2_ERROR_STRUCT_SIZE, "plan->struct_size=");
     /* a plan without a backward returns the reason fa2_plan recorded (bwd_status) */
     {
-        fa2_problem_t pr = g_plan.problem;
+        fa2_problem_t pr;
         fa2_device_info_t dev = g_plan.device;
-        dev.smem_per_block_optin = g_plan.smem_bytes; /* the forward fits, not the backward */
+        /* 64 query rows: the prefill kernels (the decode kernel takes more memory) */
+        fa2_problem_init(&pr, FA2_DTYPE_BF16, 2, 64, 7, 4, 2, 64);
+        assert_int_equal(fa2_plan(&pr, &dev, &bad), FA2_SUCCESS);
+        dev.smem_per_block_optin = bad.smem_bytes; /* the forward fits, not the backward */
         assert_int_equal(fa2_plan(&pr, &dev, &bad), FA2_SUCCESS);
         BWD("plan: no backward (shared memory)", c.plan = &bad, FA2_ERROR_SHARED_MEMORY,
             "shared memory");

@@ -57,10 +57,13 @@ cudaError_t allow_smem(Kernel kernel, int smem_bytes)
 }
 
 // A 1-D grid of `grid` blocks (none: nothing to do). The planner bounds every grid by
-// 2^31 - 1 blocks; a larger one is refused here too.
+// 2^31 - 1 blocks; a larger one is refused here too. after_previous (sm_90 and newer
+// only): the kernel may start before the previous kernel in the stream ends
+// (programmatic dependent launch) and must call wait_for_previous_grid()
+// (common/grid_dependency.cuh) before it reads that kernel's results.
 template <typename Kernel, typename Params>
 cudaError_t launch(Kernel kernel, int64_t grid, int threads, int smem_bytes, cudaStream_t stream,
-                   const Params &p)
+                   const Params &p, bool after_previous = false)
 {
     if (grid == 0) return cudaSuccess;
     if (grid < 0 || grid > INT32_MAX) return cudaErrorInvalidConfiguration;
@@ -70,6 +73,13 @@ cudaError_t launch(Kernel kernel, int64_t grid, int threads, int smem_bytes, cud
     config.blockDim = dim3(static_cast<unsigned>(threads));
     config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
     config.stream = stream;
+    cudaLaunchAttribute overlap = {};
+    if (after_previous) {
+        overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        overlap.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &overlap;
+        config.numAttrs = 1;
+    }
     return cudaLaunchKernelEx(&config, kernel, p);
 }
 

@@ -77,6 +77,20 @@ typedef struct fa2_params_t {
     /* forward of a packed batch (else NULL): workspace, int32 [batch], each sequence's
        fa2_varlen_check_t, written every call (kernels/common/varlen_check.cuh) */
     int32_t *varlen_check;
+
+    /* The decode kernel (kernels/decode/): 0 = the prefill kernels run; n >= 1 = the
+       decode kernel, each (sequence, kv head)'s keys in n splits. With n > 1 the
+       splits' results go to the workspace (o_accum fp32 [n, accum_rows, heads_q,
+       head_dim], lse_accum [n, heads_q, accum_rows]; accum_rows = batch * seqlen_q, or
+       total_q) and a combine kernel writes O and the LSE. */
+    int32_t decode_splits;
+    int32_t decode_split_tiles; /* > 0: each split this many key tiles (batch-invariant);
+                                   0: a sequence's tiles divided evenly over the splits */
+    int32_t decode_stages;      /* the decode kernel's pipeline depth (compiled ones:
+                                   FA2_DECODE_STAGE_COUNTS) */
+    int64_t accum_rows;
+    float *o_accum;
+    float *lse_accum;
 } fa2_params_t;
 
 /* The window the kernels run: -1 (unbounded) when it reaches past every key anyway

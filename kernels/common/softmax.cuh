@@ -42,15 +42,16 @@ struct OnlineSoftmax {
 
     // Turns scores s into probabilities p = exp(scale*(s - max)) in place, updates
     // the statistics and rescales the output accumulator o by exp(scale*(old max −
-    // new max)).
-    template <int kNTiles, int kDTiles>
+    // new max)). kHalves = 1: only the first row half (rows 0-7 of each tile; the
+    // other half's s, o and statistics are left as they are: rows nobody reads).
+    template <int kNTiles, int kDTiles, int kHalves = 2>
     __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                            float (&o)[kMTiles][kDTiles][4], float scale_log2)
     {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < kHalves; ++h) {
                 float m = row_max[mt][h];
 #pragma unroll
                 for (int nt = 0; nt < kNTiles; ++nt)

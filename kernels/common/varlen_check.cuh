@@ -28,25 +28,29 @@ __device__ __forceinline__ int bad_page_ids(const fa2_params_t &p, const Sequenc
     return bad;
 }
 
-// The block's sequence's verdict (block-uniform), recorded by the block of query tile 0
-// and head 0. Call with every thread; a dense batch's kernels do not call it (an
-// `if constexpr` at the call keeps their code as it was).
+// The block's sequence's verdict (block-uniform), recorded by the one block per
+// sequence for which `recorder` is true. Call with every thread; a dense batch's
+// kernels do not call it (an `if constexpr` at the call keeps their code as it was).
+template <int kMode, int kThreads>
+__device__ __forceinline__ int varlen_verdict(const fa2_params_t &p, const Sequence &seq,
+                                              bool recorder, int tid)
+{
+    int check = seq.check;
+    if constexpr (kMode == kPagedSeq)
+        if (__syncthreads_or(check == FA2_VARLEN_OK && bad_page_ids<kThreads>(p, seq, tid)))
+            check = FA2_VARLEN_PAGE_ID;
+    if (tid == 0 && recorder) p.varlen_check[seq.batch] = check;
+    return check;
+}
+
+// The prefill kernels' form: the recorder is the block of query tile 0 and head 0.
 template <int kMode, int kBlockM, int kThreads>
 __device__ __forceinline__ int varlen_verdict(const fa2_params_t &p, const Sequence &seq,
                                               int head, int tid)
 {
-    if constexpr (kMode == kDenseSeq) {
-        return FA2_VARLEN_OK;
-    } else {
-        int check = seq.check;
-        if constexpr (kMode == kPagedSeq)
-            if (__syncthreads_or(check == FA2_VARLEN_OK && bad_page_ids<kThreads>(p, seq, tid)))
-                check = FA2_VARLEN_PAGE_ID;
-        const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-        if (tid == 0 && head == 0 && blockIdx.x % m_blocks == 0)
-            p.varlen_check[seq.batch] = check;
-        return check;
-    }
+    const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+    return varlen_verdict<kMode, kThreads>(p, seq, head == 0 && blockIdx.x % m_blocks == 0,
+                                           tid);
 }
 
 }  // namespace fa2

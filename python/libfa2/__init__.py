@@ -45,7 +45,7 @@ __all__ = [
     "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
     "attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
     "DTYPE_FP16", "DTYPE_BF16", "DTYPE_FP32", "MAX_SEQLEN", "MAX_WINDOW",
-    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "STRUCT_MIRRORS", "plan_for",
+    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "MAX_SPLITS", "STRUCT_MIRRORS", "plan_for",
     "repeats_addresses", "CombineProblem", "combine",
 ]
 
@@ -100,6 +100,7 @@ MAX_SEQLEN = 1 << 22         # seqlen_q, seqlen_k
 MAX_WINDOW = 2147483647      # window_left, window_right
 MAX_SOFTMAX_SCALE = 65536.0  # softmax_scale
 MAX_COMBINE_PARTS = 65536    # fa2_combine_problem_t.parts
+MAX_SPLITS = 128             # fa2_problem_t.max_splits
 
 
 # ---------------------------------------------------------------------------------
@@ -199,7 +200,9 @@ class Problem(ctypes.Structure):
                 + [(f"{t}_{s}_stride", _i64) for t in "qkvo" for s in ("batch", "seq", "head")]
                 + [("deterministic", _i32), ("reserved1", _i32)]
                 + [("total_q", _i64), ("total_k", _i64)]
-                + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq")])
+                + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq",
+                                       "max_splits")]
+                + [("batch_invariant", _i32), ("reserved2", _i32)])
 
 
 class DeviceInfo(ctypes.Structure):
@@ -221,7 +224,8 @@ class PlanStruct(ctypes.Structure):
                                        "bwd_dq_block_n")]
                 + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
                    ("bwd_supported", _i32), ("bwd_status", _i32),
-                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("device", DeviceInfo)])
+                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("decode_splits", _i32),
+                   ("reserved2", _i32), ("device", DeviceInfo)])
 
 
 class CombineProblem(ctypes.Structure):
@@ -1276,7 +1280,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                             softmax_scale=None, causal=False, window_size=(-1, -1),
                             softcap=0.0, alibi_slopes=None, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, return_softmax_lse=False, *,
-                            check_metadata=False):
+                            check_metadata=False, num_splits=0):
     """Attention over a paged KV cache in the shape of flash_attn.flash_attn_with_kvcache
     (forward only): q [batch, seqlen_q, heads_q, d]; k_cache / v_cache [num_pages,
     page_size, heads_kv, d] (any page size); cache_seqlens int32 [batch], each sequence's
@@ -1287,7 +1291,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     embeddings, softcap and ALiBi are refused. The library checks cache_seqlens and the
     page ids on the GPU and skips a sequence that fails (its rows of o are not written);
     check_metadata=True waits for the call and raises Fa2BadMetadata naming the first
-    such sequence (a host synchronisation: not for CUDA graphs)."""
+    such sequence (a host synchronisation: not for CUDA graphs). num_splits: as
+    flash-attn's, 0 lets the planner split each sequence's keys (up to MAX_SPLITS) when
+    the decode kernel runs; 1 never splits."""
     for name, arg in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
                       ("rotary_sin", rotary_sin), ("alibi_slopes", alibi_slopes)):
         if arg is not None:
@@ -1317,9 +1323,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     pages_per_seq = block_table.shape[1]
     cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32,
                         device=q.device)
+    max_splits = MAX_SPLITS if int(num_splits) == 0 else int(num_splits)
     key = ("paged", q.device.index, str(q.dtype), tuple(q3.shape), tuple(k_cache.shape),
            k_cache.stride(), v_cache.stride(), pages_per_seq, bool(causal),
-           tuple(window_size), softmax_scale)
+           tuple(window_size), softmax_scale, max_splits)
     p = _plan_cache.get(key)
     if p is None:
         lib = library()
@@ -1330,6 +1337,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
             pages=(page_size, num_pages, pages_per_seq, k_cache.stride(0),
                    v_cache.stride(0)),
             causal=causal, window=window_size, softmax_scale=softmax_scale, lib=lib)
+        problem.max_splits = max_splits  # the decode kernel may split the keys
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:

@@ -23,7 +23,8 @@
  *  - fa2_plan: on failure the poisoned plan is byte-identical and the message is not
  *    empty; on success the message is empty and the plan fits the device it was given
  *    (smem_bytes <= smem_per_block_optin), block_m and block_n are multiples of 16,
- *    grid_blocks == batch * heads_q * ceil(seqlen_q / block_m) <= 2^31-1, the problem
+ *    grid_blocks == batch * heads_q * ceil(seqlen_q / block_m) <= 2^31-1 (the decode
+ *    kernel: batch * heads_kv * decode_splits, only for its problems), the problem
  *    is copied unchanged (scale resolved), the backward fields agree with
  *    bwd_supported / bwd_status, and fwd_arch / bwd_arch are 80 or 90, 90 only on a
  *    cc 9.0 device (the backward in both modes), exactly for the buckets of
@@ -209,9 +210,23 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->block_n > 0 && pl->block_n % 16 == 0);
     CHECK(pl->warps >= 1 && pl->warps <= 32);
     CHECK(pl->smem_bytes > 0 && pl->smem_bytes <= dev->smem_per_block_optin);
-    CHECK(pl->grid_blocks == q->batch * q->heads_q * ceil_div(q->seqlen_q, pl->block_m));
+    /* the decode kernel: only for <= 16 rows of query heads per kv head x tokens, and
+     * splits only up to max_splits; its grid is one block per (sequence, kv head, split) */
+    CHECK(pl->decode_splits >= 0 && pl->reserved2 == 0);
+    CHECK(!pl->decode_splits || q->heads_q / q->heads_kv * q->seqlen_q <= 16);
+    CHECK(pl->decode_splits <= (q->max_splits > 1 ? q->max_splits : 1));
+    if (pl->decode_splits)
+        CHECK(pl->grid_blocks == q->batch * q->heads_kv * pl->decode_splits);
+    else
+        CHECK(pl->grid_blocks == q->batch * q->heads_q * ceil_div(q->seqlen_q, pl->block_m));
     CHECK(pl->grid_blocks >= 1 && pl->grid_blocks <= INT32_MAX);
-    CHECK(pl->workspace_bytes == (q->total_q ? 4 * q->batch : 0));
+    if (pl->decode_splits <= 1)
+        CHECK(pl->workspace_bytes == (q->total_q ? 4 * q->batch : 0));
+    else /* the records, then each split's LSE and fp32 O per row and query head */
+        CHECK(pl->workspace_bytes >= (q->total_q ? 4 * q->batch : 0) +
+                                         (int64_t)pl->decode_splits *
+                                             (q->total_q ? q->total_q : q->batch * q->seqlen_q) *
+                                             q->heads_q * (q->head_dim + 1) * 4);
     CHECK(pl->block_m_rule >= FA2_RULE_SEED_SRAM && pl->block_m_rule <= FA2_RULE_KERNEL_TILE);
     CHECK(pl->block_n_rule >= FA2_RULE_SEED_SRAM && pl->block_n_rule <= FA2_RULE_KERNEL_TILE);
     CHECK(pl->sram_elements == dev->smem_per_block_optin / 2);
@@ -440,6 +455,8 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_by
         CHECK(g_shim.fwd.cu_seqlens_k == (paged ? NULL : cu_k));
         CHECK(g_shim.fwd.page_table == (paged ? pages : NULL));
         CHECK(g_shim.fwd.varlen_check == (varlen ? ws : NULL));
+        CHECK(g_shim.fwd.decode_splits == pl->decode_splits);
+        CHECK((pl->decode_splits > 1) == (g_shim.fwd.o_accum != NULL));
     }
 }
 

@@ -1,8 +1,8 @@
 // Merging partial attention results (O_i, LSE_i over separate key ranges) for one
-// 8-element chunk of one (row, head): fa2_combine's kernel and the split-KV decode's
-// combine both run it. LSE = log sum exp LSE_i, O = sum exp(LSE_i - LSE) O_i, fp32;
-// parts with LSE_i = -inf weigh nothing (their O_i is not read); all of them -inf: O = 0,
-// LSE = -inf.
+// 8-element chunk of one (row, head): fa2_combine's kernel runs it (the split decode
+// merges its own splits a warp per row, decode/decode_run.cuh). LSE = log sum exp
+// LSE_i, O = sum exp(LSE_i - LSE) O_i, fp32; parts with LSE_i = -inf weigh nothing
+// (their O_i is not read); all of them -inf: O = 0, LSE = -inf.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -99,6 +99,26 @@ cudaError_t tensor_download(tensor_t *t)
                       cudaMemcpyDeviceToHost);
 }
 
+void *device_buffer(const void *host, size_t bytes)
+{
+    void *dev = NULL;
+    const size_t n = bytes > 0 ? bytes : 1;
+    assert_int_equal(cudaMalloc(&dev, n), cudaSuccess);
+    if (host)
+        assert_int_equal(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    else
+        assert_int_equal(cudaMemset(dev, 0xFF, n), cudaSuccess);
+    return dev;
+}
+
+void fill_rounded(float *vals, uint16_t *bits, int64_t n, oracle_rng_t *rng, fa2_dtype_t dt)
+{
+    for (int64_t i = 0; i < n; ++i) {
+        vals[i] = oracle_round(oracle_rng_uniform(rng, -1.0f, 1.0f), dt);
+        bits[i] = oracle_bits_from_float(vals[i], dt);
+    }
+}
+
 oracle_rng_t case_rng(uint64_t seed, long index)
 {
     return oracle_rng(seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(index + 1)));

@@ -71,6 +71,16 @@ cudaError_t tensor_download(tensor_t *t);
  * keys no query row sees. 0, or -1 when out of memory. */
 int structural_zeros(const fa2_problem_t *p, char *zq, char *zkv);
 
+/* ---- flat device buffers -------------------------------------------------------------- */
+
+/* cudaMalloc of `bytes` (at least 1): a copy of `host`, or, host NULL, poisoned with
+ * 0xFF bytes (NaN in fp16, bf16 and fp32); success asserted with cmocka. */
+void *device_buffer(const void *host, size_t bytes);
+
+/* n values uniform in [-1, 1] rounded to dt: as floats (vals, for the oracle) and as
+ * dt's bits (bits, for the GPU). */
+void fill_rounded(float *vals, uint16_t *bits, int64_t n, oracle_rng_t *rng, fa2_dtype_t dt);
+
 /* ---- cases -------------------------------------------------------------------------- */
 
 /* The inputs' RNG of case `index` under run seed `seed`. */

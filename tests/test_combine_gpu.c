@@ -53,17 +53,6 @@ static void set(void *buf, size_t i, float x, fa2_dtype_t dt)
         ((uint16_t *)buf)[i] = oracle_bits_from_float(x, dt);
 }
 
-static void *device_copy(const void *host, size_t bytes)
-{
-    void *dev = NULL;
-    assert_int_equal(cudaMalloc(&dev, bytes), cudaSuccess);
-    if (host)
-        assert_int_equal(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    else
-        assert_int_equal(cudaMemset(dev, 0xFF, bytes), cudaSuccess); /* poison: NaN */
-    return dev;
-}
-
 /* The merge of row r, head h in double: o (head_dim values) and the LSE. */
 static double merge_ref(const fa2_combine_problem_t *p, const void *o_parts,
                         const float *lse_parts, int64_t r, int64_t h, double *o)
@@ -152,10 +141,10 @@ static int run_case(long index, const combine_case_t *c)
            : c->parts_dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16",
            c->dtype == FA2_DTYPE_FP32 ? "fp32" : c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16",
            rows, heads, d, c->pad);
-    void *d_parts = device_copy(parts, n_parts * elem_bytes(c->parts_dtype)),
-         *d_lse_parts = device_copy(lse_parts, sizeof(float) * n_lse_parts),
-         *d_o = device_copy(NULL, n_o * elem_bytes(c->dtype)),
-         *d_lse = device_copy(NULL, sizeof(float) * n_lse);
+    void *d_parts = device_buffer(parts, n_parts * elem_bytes(c->parts_dtype)),
+         *d_lse_parts = device_buffer(lse_parts, sizeof(float) * n_lse_parts),
+         *d_o = device_buffer(NULL, n_o * elem_bytes(c->dtype)),
+         *d_lse = device_buffer(NULL, sizeof(float) * n_lse);
     const fa2_status_t st = fa2_combine(&p, d_parts, d_lse_parts, d_o, d_lse, NULL);
     int pass = 0;
     if (st != FA2_SUCCESS) {
@@ -239,13 +228,13 @@ static void test_split_keys_merge(void **state)
         kv[i] = oracle_float_from_bits(kb[i], FA2_DTYPE_BF16);
         vv[i] = oracle_float_from_bits(vb[i], FA2_DTYPE_BF16);
     }
-    void *dq = device_copy(qb, 2 * nq), *dk = device_copy(kb, 2 * nk),
-         *dv = device_copy(vb, 2 * nk),
-         *d_parts = device_copy(NULL, 2 * 2 * nq), *d_o = device_copy(NULL, 2 * nq),
-         *d_full = device_copy(NULL, 2 * nq);
-    float *d_lse_parts = device_copy(NULL, sizeof(float) * 2 * hq * sq),
-          *d_lse = device_copy(NULL, sizeof(float) * hq * sq),
-          *d_full_lse = device_copy(NULL, sizeof(float) * hq * sq);
+    void *dq = device_buffer(qb, 2 * nq), *dk = device_buffer(kb, 2 * nk),
+         *dv = device_buffer(vb, 2 * nk),
+         *d_parts = device_buffer(NULL, 2 * 2 * nq), *d_o = device_buffer(NULL, 2 * nq),
+         *d_full = device_buffer(NULL, 2 * nq);
+    float *d_lse_parts = device_buffer(NULL, sizeof(float) * 2 * hq * sq),
+          *d_lse = device_buffer(NULL, sizeof(float) * hq * sq),
+          *d_full_lse = device_buffer(NULL, sizeof(float) * hq * sq);
     const int64_t range[3] = {0, split, sk};
     fa2_plan_t plan;
     fa2_problem_t p;
@@ -329,9 +318,9 @@ static void test_combine_limits(void **state)
             parts[i] = oracle_rng_uniform(&rng, -1.f, 1.f);
         for (size_t i = 0; i < lse_elems; ++i)
             lsep[i] = oracle_rng_uniform(&rng, -4.f, 4.f);
-        void *d_parts = device_copy(parts, sizeof(float) * part_elems),
-             *d_o = device_copy(NULL, o_bytes);
-        float *d_lsep = device_copy(lsep, sizeof(float) * lse_elems);
+        void *d_parts = device_buffer(parts, sizeof(float) * part_elems),
+             *d_o = device_buffer(NULL, o_bytes);
+        float *d_lsep = device_buffer(lsep, sizeof(float) * lse_elems);
         int64_t bad = 0;
         const fa2_status_t st = fa2_combine(&p, d_parts, d_lsep, d_o, NULL, NULL);
         if (st != FA2_SUCCESS) {

@@ -7,9 +7,9 @@
  * two-stage pipeline). Then packed and paged batches of decode rows with splits,
  * sequence by sequence, an empty sequence included. Then batch-invariant mode: a
  * sequence's step alone and inside a larger batch, bit-identical. O and the LSE are
- * poisoned first; rows outside the sequences must stay so. Bounds as the forward tests: O's relative
- * L2 error within max(2 x a same-precision naive attention's, 1e-2 bf16 / 2e-3 fp16),
- * the LSE within 1e-3.
+ * poisoned first; rows outside the sequences must stay so. Bounds as the forward tests:
+ * O's relative L2 error within max(2 x a same-precision naive attention's, 1e-2 bf16 /
+ * 2e-3 fp16), the LSE within 1e-3.
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped);
  * `--probe` only checks for one. */
@@ -33,25 +33,6 @@
 static uint64_t g_seed;
 static long g_only = -1;
 static fa2_device_info_t g_info;
-
-static void *device_copy(const void *host, size_t bytes)
-{
-    void *dev = NULL;
-    assert_int_equal(cudaMalloc(&dev, bytes > 0 ? bytes : 1), cudaSuccess);
-    if (host)
-        assert_int_equal(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    else
-        assert_int_equal(cudaMemset(dev, 0xFF, bytes > 0 ? bytes : 1), cudaSuccess);
-    return dev;
-}
-
-static void fill(float *vals, uint16_t *bits, int64_t n, oracle_rng_t *rng, fa2_dtype_t dt)
-{
-    for (int64_t i = 0; i < n; ++i) {
-        vals[i] = oracle_round(oracle_rng_uniform(rng, -1.0f, 1.0f), dt);
-        bits[i] = oracle_bits_from_float(vals[i], dt);
-    }
-}
 
 typedef struct decode_case_t {
     fa2_dtype_t dtype;
@@ -106,13 +87,14 @@ static int run_case(long index, const decode_case_t *c, const fa2_device_info_t 
            *got = malloc(sizeof(double) * nq), *want_lse = malloc(sizeof(double) * n_lse);
     assert_true(qv && kv && vv && lse && qb && kb && vb && ob && want && ref && got && want_lse);
     oracle_rng_t rng = case_rng(g_seed, index);
-    fill(qv, qb, nq, &rng, c->dtype);
-    fill(kv, kb, nk, &rng, c->dtype);
-    fill(vv, vb, nk, &rng, c->dtype);
-    void *dq = device_copy(qb, 2 * nq), *dk = device_copy(kb, 2 * nk),
-         *dv = device_copy(vb, 2 * nk),
-         *d_o = device_copy(NULL, 2 * nq), *ws = device_copy(NULL, (size_t)plan.workspace_bytes);
-    float *dlse = device_copy(NULL, sizeof(float) * n_lse);
+    fill_rounded(qv, qb, nq, &rng, c->dtype);
+    fill_rounded(kv, kb, nk, &rng, c->dtype);
+    fill_rounded(vv, vb, nk, &rng, c->dtype);
+    void *dq = device_buffer(qb, 2 * nq), *dk = device_buffer(kb, 2 * nk),
+         *dv = device_buffer(vb, 2 * nk),
+         *d_o = device_buffer(NULL, 2 * nq),
+         *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+    float *dlse = device_buffer(NULL, sizeof(float) * n_lse);
     int pass = 0;
     st = fa2_forward(&plan, dq, dk, dv, d_o, dlse, ws, (size_t)plan.workspace_bytes, NULL);
     if (st != FA2_SUCCESS) {
@@ -238,16 +220,17 @@ static long run_varlen(int paged, int64_t d, int64_t hkv)
     assert_true(qv && kv && vv && ks && vs && lse && qb && kb && vb && ob && want && got &&
                 want_lse);
     oracle_rng_t rng = case_rng(g_seed, (uint64_t)(100 + paged + 2 * d + hkv));
-    fill(qv, qb, nq, &rng, BF16);
-    fill(kv, kb, nk, &rng, BF16);
-    fill(vv, vb, nk, &rng, BF16);
-    void *dq = device_copy(qb, 2 * nq), *dk = device_copy(kb, 2 * nk),
-         *dv = device_copy(vb, 2 * nk),
-         *d_o = device_copy(NULL, 2 * nq), *ws = device_copy(NULL, (size_t)plan.workspace_bytes);
-    float *dlse = device_copy(NULL, sizeof(float) * hq * total_q);
-    int32_t *dcu_q = device_copy(cu_q, sizeof cu_q), *dcu_k = device_copy(cu_k, sizeof cu_k),
-            *dused = device_copy(used, sizeof used),
-            *dtable = device_copy(table, sizeof(int32_t) * N * per_seq);
+    fill_rounded(qv, qb, nq, &rng, BF16);
+    fill_rounded(kv, kb, nk, &rng, BF16);
+    fill_rounded(vv, vb, nk, &rng, BF16);
+    void *dq = device_buffer(qb, 2 * nq), *dk = device_buffer(kb, 2 * nk),
+         *dv = device_buffer(vb, 2 * nk),
+         *d_o = device_buffer(NULL, 2 * nq),
+         *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+    float *dlse = device_buffer(NULL, sizeof(float) * hq * total_q);
+    int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dcu_k = device_buffer(cu_k, sizeof cu_k),
+            *dused = device_buffer(used, sizeof used),
+            *dtable = device_buffer(table, sizeof(int32_t) * N * per_seq);
     long failed = 0;
     const fa2_status_t st = fa2_forward_varlen(
         &plan, dq, dk, dv, d_o, dlse, dcu_q, paged ? NULL : dcu_k, dused, paged ? dtable : NULL,
@@ -321,9 +304,9 @@ static void test_batch_invariant(void **state)
              *o1 = malloc(2 * row_q), *o3 = malloc(2 * 3 * row_q);
     float lse1[32], lse3[3 * 32];
     assert_true(vals && qb && kb && vb && o1 && o3);
-    fill(vals, qb, 3 * row_q, &rng, BF16);
-    fill(vals, kb, 3 * row_k, &rng, BF16);
-    fill(vals, vb, 3 * row_k, &rng, BF16);
+    fill_rounded(vals, qb, 3 * row_q, &rng, BF16);
+    fill_rounded(vals, kb, 3 * row_k, &rng, BF16);
+    fill_rounded(vals, vb, 3 * row_k, &rng, BF16);
     int32_t splits[2] = {0, 0};
     for (int run = 0; run < 2; ++run) {
         const int64_t batch = run ? 3 : 1, first = run ? 0 : 1; /* batch 1: sequence 1 */
@@ -335,12 +318,12 @@ static void test_batch_invariant(void **state)
         fa2_plan_t plan;
         assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
         splits[run] = plan.decode_splits;
-        void *dq = device_copy(qb + first * row_q, 2 * batch * row_q),
-             *dk = device_copy(kb + first * row_k, 2 * batch * row_k),
-             *dv = device_copy(vb + first * row_k, 2 * batch * row_k),
-             *d_o = device_copy(NULL, 2 * batch * row_q),
-             *ws = device_copy(NULL, (size_t)plan.workspace_bytes);
-        float *dlse = device_copy(NULL, sizeof(float) * batch * hq);
+        void *dq = device_buffer(qb + first * row_q, 2 * batch * row_q),
+             *dk = device_buffer(kb + first * row_k, 2 * batch * row_k),
+             *dv = device_buffer(vb + first * row_k, 2 * batch * row_k),
+             *d_o = device_buffer(NULL, 2 * batch * row_q),
+             *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+        float *dlse = device_buffer(NULL, sizeof(float) * batch * hq);
         assert_int_equal(fa2_forward(&plan, dq, dk, dv, d_o, dlse, ws,
                                      (size_t)plan.workspace_bytes, NULL),
                          FA2_SUCCESS);

@@ -75,25 +75,6 @@ static int64_t max_of(const int64_t *x, int n, int skip)
 }
 
 /* Random values rounded to the dtype: `vals` (float) and `bits` (device format). */
-static void fill(float *vals, uint16_t *bits, int64_t n, oracle_rng_t *rng, fa2_dtype_t dt)
-{
-    for (int64_t i = 0; i < n; ++i) {
-        vals[i] = oracle_round(oracle_rng_uniform(rng, -1.0f, 1.0f), dt);
-        bits[i] = oracle_bits_from_float(vals[i], dt);
-    }
-}
-
-static void *upload(const void *host, size_t bytes)
-{
-    void *dev = NULL;
-    assert_int_equal(cudaMalloc(&dev, bytes > 0 ? bytes : 1), cudaSuccess);
-    if (host)
-        assert_int_equal(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    else
-        assert_int_equal(cudaMemset(dev, 0xFF, bytes > 0 ? bytes : 1), cudaSuccess);
-    return dev;
-}
-
 static const char *check_label(int32_t check)
 {
     static const char *names[] = {"OK", "CU_SEQLENS_Q", "SEQLEN_Q", "CU_SEQLENS_K",
@@ -198,11 +179,11 @@ static int check_backward(const packed_t *b, const fa2_plan_t *fwd_plan, int det
     }
     assert_true(dov && dob);
     oracle_rng_t rng = case_rng(g_seed, 5000 + deterministic);
-    fill(dov, dob, nq, &rng, c->dtype);
-    void *d_o = upload(dob, 2 * (size_t)nq), *grad[3] = {upload(NULL, 2 * (size_t)nq),
-                                                         upload(NULL, 2 * (size_t)nk),
-                                                         upload(NULL, 2 * (size_t)nk)};
-    void *ws = upload(NULL, (size_t)plan.bwd_workspace_bytes);
+    fill_rounded(dov, dob, nq, &rng, c->dtype);
+    void *d_o = device_buffer(dob, 2 * (size_t)nq), *grad[3] = {device_buffer(NULL, 2 * (size_t)nq),
+                                                         device_buffer(NULL, 2 * (size_t)nk),
+                                                         device_buffer(NULL, 2 * (size_t)nk)};
+    void *ws = device_buffer(NULL, (size_t)plan.bwd_workspace_bytes);
     int pass = 0;
     fa2_status_t st = fa2_backward_varlen(
         &plan, b->q, b->k, b->v, b->o, d_o, b->lse, grad[0], grad[1], grad[2], b->dcu_q,
@@ -323,16 +304,16 @@ static int run_case(long index, const varlen_case_t *c)
            *want_lse = malloc(sizeof(double) * (size_t)(hq * (max_q + 1)));
     assert_true(qv && kv && vv && lse && qb && kb && vb && ob && want && ref && got && want_lse);
     oracle_rng_t rng = case_rng(g_seed, index);
-    fill(qv, qb, nq, &rng, c->dtype);
-    fill(kv, kb, nk, &rng, c->dtype);
-    fill(vv, vb, nk, &rng, c->dtype);
+    fill_rounded(qv, qb, nq, &rng, c->dtype);
+    fill_rounded(kv, kb, nk, &rng, c->dtype);
+    fill_rounded(vv, vb, nk, &rng, c->dtype);
 
-    void *dq = upload(qb, 2 * (size_t)nq), *dk = upload(kb, 2 * (size_t)nk),
-         *dv = upload(vb, 2 * (size_t)nk), *d_o = upload(NULL, 2 * (size_t)nq);
-    float *dlse = upload(NULL, sizeof(float) * (size_t)n_lse);
-    int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dcu_k = upload(cu_k, sizeof cu_k),
-            *dused = upload(used, sizeof used);
-    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
+    void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
+         *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
+    float *dlse = device_buffer(NULL, sizeof(float) * (size_t)n_lse);
+    int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dcu_k = device_buffer(cu_k, sizeof cu_k),
+            *dused = device_buffer(used, sizeof used);
+    void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     int pass = 0;
     if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k,
                               c->extra_k ? dused : NULL, NULL, ws, ob, lse, nq, n_lse))
@@ -498,8 +479,8 @@ static int run_limit_case(long index, const limit_case_t *c)
     oracle_rng_t rng = case_rng(g_seed, index);
     float qv[64], kv[64], vv[64];
     uint16_t qb[64], kb[64], vb[64];
-    fill(qv, qb, d, &rng, FA2_DTYPE_BF16);
-    fill(kv, kb, d, &rng, FA2_DTYPE_BF16);
+    fill_rounded(qv, qb, d, &rng, FA2_DTYPE_BF16);
+    fill_rounded(kv, kb, d, &rng, FA2_DTYPE_BF16);
     for (int64_t x = 0; x < d; ++x) { /* signed powers of two: sums of up to 2^22 exact */
         const uint64_t r = oracle_rng_next(&rng);
         vv[x] = ldexpf(r & 1 ? -1.0f : 1.0f, (int)((r >> 1) % 5) - 2);
@@ -509,13 +490,13 @@ static int run_limit_case(long index, const limit_case_t *c)
     for (int64_t x = 0; x < d; ++x)
         s += (double)qv[x] * kv[x];
     s *= oracle_softmax_scale(&p);
-    void *dq = upload(qb, 2 * (size_t)d), *dk = upload(kb, 2 * (size_t)d),
-         *dv = upload(vb, 2 * (size_t)d), *d_o = upload(NULL, o_bytes);
-    float *dlse = upload(NULL, lse_bytes);
-    int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dcu_k = upload(cu_k, sizeof cu_k),
-            *dused = upload(used, sizeof used);
+    void *dq = device_buffer(qb, 2 * (size_t)d), *dk = device_buffer(kb, 2 * (size_t)d),
+         *dv = device_buffer(vb, 2 * (size_t)d), *d_o = device_buffer(NULL, o_bytes);
+    float *dlse = device_buffer(NULL, lse_bytes);
+    int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dcu_k = device_buffer(cu_k, sizeof cu_k),
+            *dused = device_buffer(used, sizeof used);
     int pass = 0;
-    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
+    void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     st = fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k, dused, NULL, ws,
                             (size_t)plan.workspace_bytes, NULL);
     if (st != FA2_SUCCESS) {
@@ -703,14 +684,15 @@ static long run_hostile(int paged)
              *o = malloc(2 * (size_t)nq);
     uint32_t *clean_lse = malloc(4 * (size_t)n_lse), *lse = malloc(4 * (size_t)n_lse);
     assert_true(vals && qb && kb && vb && clean_o && o && clean_lse && lse);
-    fill(vals, qb, nq, &rng, FA2_DTYPE_BF16);
-    fill(vals, kb, nk, &rng, FA2_DTYPE_BF16);
-    fill(vals, vb, nk, &rng, FA2_DTYPE_BF16);
-    void *dq = upload(qb, 2 * (size_t)nq), *dk = upload(kb, 2 * (size_t)nk),
-         *dv = upload(vb, 2 * (size_t)nk), *d_o = upload(NULL, 2 * (size_t)nq),
-         *dlse = upload(NULL, 4 * (size_t)n_lse), *ws = upload(NULL, (size_t)plan.workspace_bytes);
-    int32_t *dcu_q = upload(NULL, sizeof cu_q), *dcu_k = upload(NULL, sizeof cu_k),
-            *dused = upload(NULL, sizeof used), *dtable = upload(NULL, sizeof table);
+    fill_rounded(vals, qb, nq, &rng, FA2_DTYPE_BF16);
+    fill_rounded(vals, kb, nk, &rng, FA2_DTYPE_BF16);
+    fill_rounded(vals, vb, nk, &rng, FA2_DTYPE_BF16);
+    void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
+         *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq),
+         *dlse = device_buffer(NULL, 4 * (size_t)n_lse),
+         *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+    int32_t *dcu_q = device_buffer(NULL, sizeof cu_q), *dcu_k = device_buffer(NULL, sizeof cu_k),
+            *dused = device_buffer(NULL, sizeof used), *dtable = device_buffer(NULL, sizeof table);
     long failed = 0;
     for (size_t i = 0; i <= sizeof hostile_cases / sizeof hostile_cases[0]; ++i) {
         const hostile_case_t *c = i ? &hostile_cases[i - 1] : NULL; /* 0: the clean run */
@@ -876,15 +858,15 @@ static int run_paged_case(long index, const paged_case_t *c)
            *want_lse = malloc(sizeof(double) * (size_t)(hq * (max_q + 1)));
     assert_true(qv && kv && vv && lse && kseq && vseq && qb && kb && vb && ob && want && ref &&
                 got && want_lse);
-    fill(qv, qb, nq, &rng, c->dtype);
-    fill(kv, kb, nk, &rng, c->dtype);
-    fill(vv, vb, nk, &rng, c->dtype);
-    void *dq = upload(qb, 2 * (size_t)nq), *dk = upload(kb, 2 * (size_t)nk),
-         *dv = upload(vb, 2 * (size_t)nk), *d_o = upload(NULL, 2 * (size_t)nq);
-    float *dlse = upload(NULL, sizeof(float) * (size_t)n_lse);
-    int32_t *dcu_q = upload(cu_q, sizeof cu_q), *dused = upload(used, sizeof used),
-            *dtable = upload(table, sizeof(int32_t) * (size_t)(n * pages_per_seq));
-    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
+    fill_rounded(qv, qb, nq, &rng, c->dtype);
+    fill_rounded(kv, kb, nk, &rng, c->dtype);
+    fill_rounded(vv, vb, nk, &rng, c->dtype);
+    void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
+         *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
+    float *dlse = device_buffer(NULL, sizeof(float) * (size_t)n_lse);
+    int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dused = device_buffer(used, sizeof used),
+            *dtable = device_buffer(table, sizeof(int32_t) * (size_t)(n * pages_per_seq));
+    void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     int pass = 0;
     if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws, ob,
                               lse, nq, n_lse))
@@ -999,9 +981,10 @@ static void test_cache_write(void **state)
     for (int t = 0; t < n; ++t) /* distinct slots, a few padding and out-of-range ones */
         slots[t] = t % 7 == 3 ? -1 : t % 11 == 5 ? (int32_t)(num_pages * ps + t)
                                                  : (int32_t)((t * 37) % (num_pages * ps));
-    void *dk = upload(knew, 2 * (size_t)n_new), *dv = upload(vnew, 2 * (size_t)n_new),
-         *dkc = upload(NULL, 2 * (size_t)n_cache), *dvc = upload(NULL, 2 * (size_t)n_cache);
-    int32_t *dslots = upload(slots, sizeof slots);
+    void *dk = device_buffer(knew, 2 * (size_t)n_new), *dv = device_buffer(vnew, 2 * (size_t)n_new),
+         *dkc = device_buffer(NULL, 2 * (size_t)n_cache),
+         *dvc = device_buffer(NULL, 2 * (size_t)n_cache);
+    int32_t *dslots = device_buffer(slots, sizeof slots);
     assert_int_equal(fa2_cache_write(&plan, dk, dv, n, row, dslots, dkc, dvc, NULL),
                      FA2_SUCCESS);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
@@ -1066,17 +1049,18 @@ static void test_graph_replay(void **state)
     double *want = malloc(sizeof(double) * (size_t)(hq * d)), lse1[8];
     assert_true(kv && vv && qv && knew && vnew && kseq && vseq && kb && vb && qb && ob && knb &&
                 vnb && want);
-    fill(kv, kb, n_cache, &rng, FA2_DTYPE_BF16);
-    fill(vv, vb, n_cache, &rng, FA2_DTYPE_BF16);
-    void *dk = upload(kb, 2 * (size_t)n_cache), *dv = upload(vb, 2 * (size_t)n_cache),
-         *dq = upload(NULL, 2 * (size_t)(kSeqs * hq * d)),
-         *d_o = upload(NULL, 2 * (size_t)(kSeqs * hq * d)),
-         *dkn = upload(NULL, 2 * (size_t)(tokens * hkv * d)),
-         *dvn = upload(NULL, 2 * (size_t)(tokens * hkv * d));
+    fill_rounded(kv, kb, n_cache, &rng, FA2_DTYPE_BF16);
+    fill_rounded(vv, vb, n_cache, &rng, FA2_DTYPE_BF16);
+    void *dk = device_buffer(kb, 2 * (size_t)n_cache), *dv = device_buffer(vb, 2 * (size_t)n_cache),
+         *dq = device_buffer(NULL, 2 * (size_t)(kSeqs * hq * d)),
+         *d_o = device_buffer(NULL, 2 * (size_t)(kSeqs * hq * d)),
+         *dkn = device_buffer(NULL, 2 * (size_t)(tokens * hkv * d)),
+         *dvn = device_buffer(NULL, 2 * (size_t)(tokens * hkv * d));
     int32_t cu_q[kSeqs + 1] = {0, 1, 2, 3}, used[kSeqs], slots[kSeqs], table[kSeqs * kPerSeq];
-    int32_t *dcu = upload(cu_q, sizeof cu_q), *dused = upload(NULL, sizeof used),
-            *dslots = upload(NULL, sizeof slots), *dtable = upload(NULL, sizeof table);
-    void *ws = upload(NULL, (size_t)plan.workspace_bytes);
+    int32_t *dcu = device_buffer(cu_q, sizeof cu_q), *dused = device_buffer(NULL, sizeof used),
+            *dslots = device_buffer(NULL, sizeof slots),
+            *dtable = device_buffer(NULL, sizeof table);
+    void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     cudaStream_t stream;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -1109,9 +1093,9 @@ static void test_graph_replay(void **state)
         }
         if (hostile)
             table[1 * kPerSeq] = kPages + 5;
-        fill(qv, qb, kSeqs * hq * d, &rng, FA2_DTYPE_BF16);
-        fill(knew, knb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
-        fill(vnew, vnb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
+        fill_rounded(qv, qb, kSeqs * hq * d, &rng, FA2_DTYPE_BF16);
+        fill_rounded(knew, knb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
+        fill_rounded(vnew, vnb, tokens * hkv * d, &rng, FA2_DTYPE_BF16);
         assert_int_equal(cudaMemcpy(dused, used, sizeof used, cudaMemcpyHostToDevice), cudaSuccess);
         assert_int_equal(cudaMemcpy(dslots, slots, sizeof slots, cudaMemcpyHostToDevice),
                          cudaSuccess);

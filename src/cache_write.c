@@ -31,12 +31,9 @@ fa2_status_t fa2_cache_write(const fa2_plan_t *plan, const void *k_new, const vo
     if (n_tokens < 0 || n_tokens > INT32_MAX)
         return fa2_fail(FA2_ERROR_INVALID_SIZE, "n_tokens=%" PRId64 " is out of range [0, %d]",
                         n_tokens, INT32_MAX);
-    /* one thread per 16-byte chunk, 256 per block (kernels/cache_write.cu) */
-    if (n_tokens * pr->heads_kv > (int64_t)INT32_MAX * 256 / (pr->head_dim / 8))
-        return fa2_fail(FA2_ERROR_INVALID_SIZE,
-                        "n_tokens=%" PRId64 " * heads_kv=%" PRId64 " rows need more than "
-                        "2147483647 thread blocks",
-                        n_tokens, pr->heads_kv);
+    if ((s = fa2_check_chunk_grid("n_tokens", n_tokens, "heads_kv", pr->heads_kv,
+                                  pr->head_dim)))
+        return s;
     if (new_row_stride < pr->heads_kv * pr->head_dim || new_row_stride % 8 != 0)
         return fa2_fail(FA2_ERROR_BAD_STRIDE,
                         "new_row_stride=%" PRId64 " is below heads_kv * head_dim = %" PRId64

@@ -63,12 +63,8 @@ static fa2_status_t check_problem(const fa2_combine_problem_t *p, int64_t bytes[
     if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
                         "head_dim=%" PRId64 " is not a multiple of 8 in [8, 256]", p->head_dim);
-    /* one thread per 8 elements of a (row, head), 256 per block */
-    if (p->rows * p->heads > (int64_t)INT32_MAX * 256 / (p->head_dim / 8))
-        return fa2_fail(FA2_ERROR_INVALID_SIZE,
-                        "rows=%" PRId64 " * heads=%" PRId64 " need more than 2147483647 thread "
-                        "blocks",
-                        p->rows, p->heads);
+    if ((s = fa2_check_chunk_grid("rows", p->rows, "heads", p->heads, p->head_dim)))
+        return s;
     if ((s = fa2_check_stride("o_parts_part_stride", p->o_parts_part_stride, 8)) ||
         (s = fa2_check_stride("o_parts_row_stride", p->o_parts_row_stride, 8)) ||
         (s = fa2_check_stride("o_parts_head_stride", p->o_parts_head_stride, 8)) ||

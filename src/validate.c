@@ -80,6 +80,17 @@ fa2_status_t fa2_check_range(const char *name, int64_t value, int64_t lo, int64_
     return FA2_SUCCESS;
 }
 
+fa2_status_t fa2_check_chunk_grid(const char *a_name, int64_t a, const char *b_name, int64_t b,
+                                  int64_t head_dim)
+{
+    if (a > 0 && b > (int64_t)INT32_MAX * 256 / (head_dim / 8) / a)
+        return fa2_fail(FA2_ERROR_INVALID_SIZE,
+                        "%s=%" PRId64 " * %s=%" PRId64 " need more than 2147483647 thread "
+                        "blocks",
+                        a_name, a, b_name, b);
+    return FA2_SUCCESS;
+}
+
 fa2_status_t fa2_check_stride(const char *name, int64_t stride, int64_t multiple)
 {
     if (stride < 0)

@@ -109,9 +109,10 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
     if (limit > pr->max_splits)
         limit = pr->max_splits;
     double best = 0.0;
-    for (int64_t n = 1; n <= limit; n++)
-        if (wave_efficiency(base * n, wave) > best)
-            best = wave_efficiency(base * n, wave);
+    for (int64_t n = 1; n <= limit; n++) {
+        const double e = wave_efficiency(base * n, wave);
+        best = e > best ? e : best;
+    }
     int64_t splits = 1;
     while (splits < limit && wave_efficiency(base * splits, wave) < 0.95 * best)
         splits++;

@@ -133,6 +133,11 @@ static const plan_case_t plan_cases[] = {
     PF(softmax_scale, -INFINITY, FA2_ERROR_BAD_SCALE, "softmax_scale=-inf"),
     PF(softmax_scale, -1.0f, FA2_ERROR_BAD_SCALE, "softmax_scale=-1"),
     PF(softmax_scale, -0x1p-149f, FA2_ERROR_BAD_SCALE, "softmax_scale=-"),
+    /* decode: key splits, batch-invariant mode */
+    P64(max_splits, -1, FA2_ERROR_INVALID_SIZE, "max_splits=-1"),
+    P64(max_splits, FA2_MAX_SPLITS + 1, FA2_ERROR_INVALID_SIZE, "max_splits=129"),
+    P32(batch_invariant, 2, FA2_ERROR_INVALID_SIZE, "batch_invariant=2"),
+    P32(reserved2, 1, FA2_ERROR_RESERVED, "reserved2=1"),
     /* device */
     D32(cc_major, 7, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 7.0"),
     D32(cc_major, 0, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 0.0"),
@@ -333,6 +338,25 @@ static void test_forward_rejections(void **state)
     /* outputs overlapping inputs */
     FWD("o overlaps q", c.o = g_q, FA2_ERROR_OVERLAP, "o [");
     FWD("lse overlaps o", c.lse = (float *)g_o, FA2_ERROR_OVERLAP, "lse [");
+    /* a decode plan with key splits: its workspace (the splits' partial results) */
+    fa2_problem_t dp;
+    fa2_problem_init(&dp, FA2_DTYPE_BF16, 1, 1, 512, 4, 1, 64);
+    dp.max_splits = 64;
+    fa2_plan_t split_plan;
+    assert_int_equal(fa2_plan(&dp, &g_plan.device, &split_plan), FA2_SUCCESS);
+    assert_true(split_plan.decode_splits > 1 && split_plan.workspace_bytes > 0 &&
+                split_plan.workspace_bytes <= BUF);
+    const size_t ws_bytes = (size_t)split_plan.workspace_bytes;
+    FWD("decode splits: workspace NULL",
+        (c.plan = &split_plan, c.ws = NULL, c.ws_bytes = ws_bytes), FA2_ERROR_WORKSPACE,
+        "workspace is NULL");
+    FWD("decode splits: workspace 1 byte short",
+        (c.plan = &split_plan, c.ws_bytes = ws_bytes - 1), FA2_ERROR_WORKSPACE, "the plan needs");
+    FWD("decode splits: workspace misaligned (+2)",
+        (c.plan = &split_plan, c.ws = MIS(g_ws, 2), c.ws_bytes = ws_bytes), FA2_ERROR_MISALIGNED,
+        "workspace=");
+    FWD("decode splits: workspace overlaps o",
+        (c.plan = &split_plan, c.ws = g_o, c.ws_bytes = ws_bytes), FA2_ERROR_OVERLAP, "workspace");
 #undef FWD
     assert_int_equal(failed, 0);
 }

@@ -57,36 +57,37 @@ static double dot(const float *x, const float *y, int64_t n)
     return s;
 }
 
-/* One (batch, head, row) of attention. `rounded` selects the same-precision variant
- * (scores, probabilities and output rounded to p->dtype). `s` is scratch of seqlen_k. */
-static void attend_row(const fa2_problem_t *p, const float *q, const float *k,
-                       const float *v, int64_t b, int64_t h, int64_t i, int rounded,
-                       double *s, double *o_row, double *lse)
+/* One (batch, head, row) of attention with the score variants `mod` (NULL: plain).
+ * `rounded` selects the same-precision variant (scores, probabilities and output
+ * rounded to p->dtype). `s` is scratch of seqlen_k. */
+static void attend_row(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                       const float *k, const float *v, int64_t b, int64_t h, int64_t i,
+                       int rounded, double *s, double *o_row, double *lse)
 {
     const int64_t d = p->head_dim;
     const int64_t hk = h / (p->heads_q / p->heads_kv);
-    const double scale = oracle_softmax_scale(p);
+    const double scale = oracle_softmax_scale(p), sink = oracle_sink(mod, h);
     int64_t lo, hi;
 
     for (int64_t t = 0; t < d; ++t)
         o_row[t] = 0.0;
     if (!oracle_key_range(p, i, &lo, &hi)) {
         if (lse)
-            *lse = -INFINITY;
+            *lse = sink; /* -inf without sinks */
         return;
     }
 
     const float *qi = q_row(p, q, b, i, h);
-    double m = -INFINITY;
+    double m = sink;
     for (int64_t j = lo; j <= hi; ++j) {
-        double sj = scale * dot(qi, k_row(p, k, b, j, hk), d);
+        double sj = oracle_score(p, mod, h, i, j, scale * dot(qi, k_row(p, k, b, j, hk), d));
         if (rounded)
             sj = oracle_round((float)sj, p->dtype);
         s[j] = sj;
         if (sj > m)
             m = sj;
     }
-    double l = 0.0;
+    double l = sink == -INFINITY ? 0.0 : exp(sink - m);
     for (int64_t j = lo; j <= hi; ++j) {
         s[j] = exp(s[j] - m);
         l += s[j];
@@ -106,8 +107,8 @@ static void attend_row(const fa2_problem_t *p, const float *q, const float *k,
         *lse = m + log(l);
 }
 
-static int attend(const fa2_problem_t *p, const float *q, const float *k, const float *v,
-                  int rounded, double *o, double *lse)
+static int attend(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                  const float *k, const float *v, int rounded, double *o, double *lse)
 {
     const int64_t d = p->head_dim;
     double *s = malloc(sizeof(double) * (size_t)(p->seqlen_k > 0 ? p->seqlen_k : 1));
@@ -118,7 +119,7 @@ static int attend(const fa2_problem_t *p, const float *q, const float *k, const 
             for (int64_t i = 0; i < p->seqlen_q; ++i) {
                 double *o_row = o + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
                 double *l = lse ? lse + (b * p->heads_q + h) * p->seqlen_q + i : NULL;
-                attend_row(p, q, k, v, b, h, i, rounded, s, o_row, l);
+                attend_row(p, mod, q, k, v, b, h, i, rounded, s, o_row, l);
             }
     free(s);
     return 0;
@@ -127,13 +128,19 @@ static int attend(const fa2_problem_t *p, const float *q, const float *k, const 
 int oracle_forward(const fa2_problem_t *p, const float *q, const float *k,
                    const float *v, double *o, double *lse)
 {
-    return attend(p, q, k, v, 0, o, lse);
+    return attend(p, NULL, q, k, v, 0, o, lse);
+}
+
+int oracle_forward_scored(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                          const float *k, const float *v, double *o, double *lse)
+{
+    return attend(p, mod, q, k, v, 0, o, lse);
 }
 
 int oracle_forward_rounded(const fa2_problem_t *p, const float *q, const float *k,
                            const float *v, double *o)
 {
-    return attend(p, q, k, v, 1, o, NULL);
+    return attend(p, NULL, q, k, v, 1, o, NULL);
 }
 
 int64_t oracle_span(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,

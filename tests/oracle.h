@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "fa2.h"
+#include "oracle_score.h"
 
 /* ---- masking: the rule of include/fa2.h, in one place ---------------------------- */
 
@@ -33,6 +34,11 @@ int oracle_key_range(const fa2_problem_t *p, int64_t i, int64_t *lo, int64_t *hi
  * of memory (one row of scores is allocated). */
 int oracle_forward(const fa2_problem_t *p, const float *q, const float *k,
                     const float *v, double *o, double *lse);
+
+/* oracle_forward with the score variants of oracle_score.h (softcap, ALiBi, sinks);
+ * `mod` NULL: oracle_forward. */
+int oracle_forward_scored(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                          const float *k, const float *v, double *o, double *lse);
 
 /* The same attention computed the way a framework does it in p->dtype: scores
  * S = scale * Q K^T rounded to the dtype, P = softmax(S) (in double) rounded to the

@@ -24,6 +24,7 @@ static double maybe_round(double x, int rounded, fa2_dtype_t dtype)
 }
 
 typedef struct scratch_t {
+    double *x;    /* seqlen_k: scaled scores x of one row (before the score variants) */
     double *p;    /* seqlen_k: probabilities of one row */
     double *dp;   /* seqlen_k: dP, then dS, of one row */
     double *o;    /* head_dim: O of one row */
@@ -31,15 +32,17 @@ typedef struct scratch_t {
     double *dv_h; /* seqlen_k x head_dim: dV of one query head */
 } scratch_t;
 
-/* One query row i of one (batch b, query head h): adds its part of dK and dV of head
- * h to s->dk_h / s->dv_h and writes its dQ row. */
-static void backward_row(const fa2_problem_t *p, const float *q, const float *k,
-                         const float *v, const float *d_o, int64_t b, int64_t h, int64_t i,
-                         int rounded, scratch_t *s, double *dq_row)
+/* One query row i of one (batch b, query head h) with the score variants `mod` (NULL:
+ * plain): adds its part of dK and dV of head h to s->dk_h / s->dv_h, writes its dQ row
+ * and adds its part of head h's sink gradient to *dsink. */
+static void backward_row(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                         const float *k, const float *v, const float *d_o, int64_t b,
+                         int64_t h, int64_t i, int rounded, scratch_t *s, double *dq_row,
+                         double *dsink)
 {
     const int64_t d = p->head_dim;
     const int64_t hk = h / (p->heads_q / p->heads_kv);
-    const double scale = oracle_softmax_scale(p);
+    const double scale = oracle_softmax_scale(p), sink = oracle_sink(mod, h);
     const fa2_dtype_t dt = p->dtype;
     const float *qi = q + b * p->q_batch_stride + i * p->q_seq_stride + h * p->q_head_stride;
     const float *doi = d_o + b * p->o_batch_stride + i * p->o_seq_stride + h * p->o_head_stride;
@@ -52,14 +55,15 @@ static void backward_row(const fa2_problem_t *p, const float *q, const float *k,
     if (!oracle_key_range(p, i, &lo, &hi))
         return; /* P = 0: no gradient flows through this row */
 
-    /* forward: S, P = softmax(S), O = P V */
-    double m = -INFINITY;
+    /* forward: S, P = softmax(S) (the sink in the denominator), O = P V */
+    double m = sink;
     for (int64_t j = lo; j <= hi; ++j) {
-        s->p[j] = maybe_round(scale * dot(qi, kb + j * p->k_seq_stride, d), rounded, dt);
+        s->x[j] = scale * dot(qi, kb + j * p->k_seq_stride, d);
+        s->p[j] = maybe_round(oracle_score(p, mod, h, i, j, s->x[j]), rounded, dt);
         if (s->p[j] > m)
             m = s->p[j];
     }
-    double l = 0.0;
+    double l = sink == -INFINITY ? 0.0 : exp(sink - m);
     for (int64_t j = lo; j <= hi; ++j) {
         s->p[j] = exp(s->p[j] - m);
         l += s->p[j];
@@ -85,9 +89,14 @@ static void backward_row(const fa2_problem_t *p, const float *q, const float *k,
         for (int64_t x = 0; x < d; ++x)
             dsum += (double)doi[x] * s->o[x];
 
-    /* dS = P ∘ (dP − D); dQ += scale dS K, dK += scale dSᵀ Q, dV += Pᵀ dO */
+    /* the sink's share of the row, P_sink = exp(σ − LSE): dL/dσ = −P_sink D */
+    if (sink != -INFINITY)
+        *dsink -= exp(sink - m) / l * dsum;
+
+    /* dS = P ∘ (dP − D) ∘ ds/dx; dQ += scale dS K, dK += scale dSᵀ Q, dV += Pᵀ dO */
     for (int64_t j = lo; j <= hi; ++j) {
-        const double ds = maybe_round(s->p[j] * (s->dp[j] - dsum), rounded, dt);
+        const double ds = maybe_round(
+            s->p[j] * (s->dp[j] - dsum) * oracle_score_slope(mod, s->x[j]), rounded, dt);
         const float *kj = kb + j * p->k_seq_stride;
         double *dkj = s->dk_h + j * d, *dvj = s->dv_h + j * d;
         for (int64_t x = 0; x < d; ++x) {
@@ -101,18 +110,20 @@ static void backward_row(const fa2_problem_t *p, const float *q, const float *k,
             dq_row[x] = maybe_round(dq_row[x], 1, dt);
 }
 
-static int backward(const fa2_problem_t *p, const float *q, const float *k, const float *v,
-                    const float *d_o, int rounded, double *dq, double *dk, double *dv)
+static int backward(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                    const float *k, const float *v, const float *d_o, int rounded, double *dq,
+                    double *dk, double *dv, double *dsinks)
 {
     const int64_t d = p->head_dim, sk = p->seqlen_k, group = p->heads_q / p->heads_kv;
     const size_t kv_row = (size_t)(sk > 0 ? sk : 1);
     scratch_t s;
+    s.x = malloc(sizeof(double) * kv_row);
     s.p = malloc(sizeof(double) * kv_row);
     s.dp = malloc(sizeof(double) * kv_row);
     s.o = malloc(sizeof(double) * (size_t)d);
     s.dk_h = malloc(sizeof(double) * kv_row * (size_t)d);
     s.dv_h = malloc(sizeof(double) * kv_row * (size_t)d);
-    const int ok = s.p && s.dp && s.o && s.dk_h && s.dv_h;
+    const int ok = s.x && s.p && s.dp && s.o && s.dk_h && s.dv_h;
     if (ok) {
         memset(dk, 0, sizeof(double) * (size_t)(p->batch * sk * p->heads_kv * d));
         memset(dv, 0, sizeof(double) * (size_t)(p->batch * sk * p->heads_kv * d));
@@ -122,9 +133,12 @@ static int backward(const fa2_problem_t *p, const float *q, const float *k, cons
             for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
                 memset(s.dk_h, 0, sizeof(double) * (size_t)(sk * d));
                 memset(s.dv_h, 0, sizeof(double) * (size_t)(sk * d));
+                double dsink = 0.0;
                 for (int64_t i = 0; i < p->seqlen_q; ++i)
-                    backward_row(p, q, k, v, d_o, b, h, i, rounded, &s,
-                                 dq + ((b * p->seqlen_q + i) * p->heads_q + h) * d);
+                    backward_row(p, mod, q, k, v, d_o, b, h, i, rounded, &s,
+                                 dq + ((b * p->seqlen_q + i) * p->heads_q + h) * d, &dsink);
+                if (dsinks)
+                    dsinks[h] += dsink; /* summed over the batch */
                 /* this query head's dK/dV into the kv head's sum */
                 for (int64_t j = 0; j < sk; ++j)
                     for (int64_t x = 0; x < d; ++x) {
@@ -141,6 +155,7 @@ static int backward(const fa2_problem_t *p, const float *q, const float *k, cons
                         dv[at] = maybe_round(dv[at], 1, p->dtype);
                     }
         }
+    free(s.x);
     free(s.p);
     free(s.dp);
     free(s.o);
@@ -152,12 +167,22 @@ static int backward(const fa2_problem_t *p, const float *q, const float *k, cons
 int oracle_backward(const fa2_problem_t *p, const float *q, const float *k, const float *v,
                     const float *d_o, double *dq, double *dk, double *dv)
 {
-    return backward(p, q, k, v, d_o, 0, dq, dk, dv);
+    return backward(p, NULL, q, k, v, d_o, 0, dq, dk, dv, NULL);
+}
+
+int oracle_backward_scored(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                           const float *k, const float *v, const float *d_o, double *dq,
+                           double *dk, double *dv, double *dsinks)
+{
+    if (dsinks)
+        for (int64_t h = 0; h < p->heads_q; ++h)
+            dsinks[h] = 0.0;
+    return backward(p, mod, q, k, v, d_o, 0, dq, dk, dv, dsinks);
 }
 
 int oracle_backward_rounded(const fa2_problem_t *p, const float *q, const float *k,
                             const float *v, const float *d_o, double *dq, double *dk,
                             double *dv)
 {
-    return backward(p, q, k, v, d_o, 1, dq, dk, dv);
+    return backward(p, NULL, q, k, v, d_o, 1, dq, dk, dv, NULL);
 }

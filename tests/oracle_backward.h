@@ -17,11 +17,20 @@
 #define FA2_TESTS_ORACLE_BACKWARD_H
 
 #include "fa2.h"
+#include "oracle_score.h"
 
 /* dQ, dK, dV of the loss whose gradient with respect to O is dO, in double.
  * Returns 0, or -1 when out of memory (a few rows of scratch are allocated). */
 int oracle_backward(const fa2_problem_t *p, const float *q, const float *k, const float *v,
                     const float *d_o, double *dq, double *dk, double *dv);
+
+/* oracle_backward with the score variants of oracle_score.h (`mod` NULL: plain):
+ * dS_ij = P_ij (dP_ij − D_i) ds/dx_ij (softcap's derivative), and, with sinks, each
+ * query head's sink gradient dL/dσ_h = −Σ_i P_sink,i D_i (P_sink,i = exp(σ_h − LSE_i)),
+ * summed over the batch, into dsinks [heads_q] (may be NULL). */
+int oracle_backward_scored(const fa2_problem_t *p, const oracle_score_t *mod, const float *q,
+                           const float *k, const float *v, const float *d_o, double *dq,
+                           double *dk, double *dv, double *dsinks);
 
 /* The same gradients computed the way a framework's autograd does it in p->dtype
  * from inputs already rounded to the dtype: the forward's S and P rounded, then

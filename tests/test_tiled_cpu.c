@@ -1,6 +1,7 @@
 /* The tiled FlashAttention-2 algorithm (fp32, CPU) against the double oracle over a
  * randomized sweep of shapes and masks, with the tile sizes fa2_plan picks for an
- * H200 and a few odd ones that put block edges everywhere.
+ * H200 and a few odd ones that put block edges everywhere; then with the score
+ * variants (softcap, ALiBi, sinks) and key splits.
  *
  * The seed is printed; FA2_TEST_SEED=<seed> replays a run, FA2_TEST_CASE=<n> runs
  * case n alone. Each case prints one line. */
@@ -40,8 +41,9 @@ static fa2_device_info_t h200_info(void)
     return info;
 }
 
-/* Runs one case; prints its line; returns 1 on pass. */
-static int run_case(long index, sweep_case_t c)
+/* Runs one case with the score variants `mod` (NULL: plain) and the keys in `splits`
+ * ranges; prints its line; returns 1 on pass. */
+static int run_case(long index, sweep_case_t c, const oracle_score_t *mod, int64_t splits)
 {
     fa2_problem_t p;
     fa2_problem_init(&p, FA2_DTYPE_BF16, c.batch, c.seqlen_q, c.seqlen_k, c.heads_q,
@@ -89,8 +91,17 @@ static int run_case(long index, sweep_case_t c)
         v[t] = oracle_rng_uniform(&rng, -1.0f, 1.0f);
     }
 
-    assert_int_equal(oracle_forward(&p, q, k, v, o_ref, lse_ref), 0);
-    assert_int_equal(tiled_cpu_forward(&p, c.block_m, c.block_n, q, k, v, o, lse), 0);
+    if (mod || splits > 1) {
+        printf(" softcap=%g alibi=%d sinks=%d splits=%" PRId64, mod ? mod->softcap : 0.0,
+               mod && mod->alibi_slopes, mod && mod->sinks, splits);
+        assert_int_equal(oracle_forward_scored(&p, mod, q, k, v, o_ref, lse_ref), 0);
+        assert_int_equal(
+            tiled_cpu_forward_scored(&p, mod, c.block_m, c.block_n, splits, q, k, v, o, lse),
+            0);
+    } else {
+        assert_int_equal(oracle_forward(&p, q, k, v, o_ref, lse_ref), 0);
+        assert_int_equal(tiled_cpu_forward(&p, c.block_m, c.block_n, q, k, v, o, lse), 0);
+    }
 
     for (int64_t t = 0; t < nq; ++t)
         o_got[t] = o[t];
@@ -163,7 +174,7 @@ static void test_tiled_matches_oracle(void **state)
                 }
                 if (g_only >= 0 && index != g_only)
                     continue;
-                failed += !run_case(index, c);
+                failed += !run_case(index, c, NULL, 1);
             }
 
     /* fixed cases: lengths far apart both ways, seqlen_k = 0, one long row */
@@ -177,9 +188,39 @@ static void test_tiled_matches_oracle(void **state)
     };
     for (size_t t = 0; t < sizeof fixed / sizeof fixed[0]; ++t, ++index)
         if (g_only < 0 || index == g_only)
-            failed += !run_case(index, fixed[t]);
+            failed += !run_case(index, fixed[t], NULL, 1);
 
     printf("%ld of %ld cases failed (seed %" PRIu64 ")\n", failed, index, g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* The score variants (softcap, ALiBi, sinks; each alone and all together) with the keys
+ * whole and in 3 splits, against the oracle's: the tile loop's softcap and ALiBi, and
+ * the sink added once, in the merge of the splits. */
+static void test_tiled_scored(void **state)
+{
+    (void)state;
+    static const sweep_case_t shapes[] = {
+        {1, 1, 1000, 8, 2, 128, 1, -1, -1, 0.0f, 16, 64}, /* decode, GQA */
+        {2, 70, 130, 4, 4, 64, 1, -1, -1, 0.0f, 64, 32},  /* causal, q < k */
+        {1, 90, 40, 4, 1, 32, 1, 10, -1, 0.0f, 32, 16},   /* q > k: rows that see nothing */
+    };
+    oracle_rng_t pick = oracle_rng(g_seed ^ 0x5851F42D4C957F2Dull);
+    float slopes[8], sinks[8];
+    for (int h = 0; h < 8; ++h) {
+        slopes[h] = oracle_rng_uniform(&pick, 0.0f, 0.5f);
+        sinks[h] = oracle_rng_uniform(&pick, -3.0f, 3.0f);
+    }
+    const oracle_score_t mods[] = {
+        {1.0, NULL, NULL}, {30.0, NULL, NULL}, {0.0, slopes, NULL}, {0.0, NULL, sinks},
+        {5.0, slopes, sinks}};
+    long index = 1000, failed = 0, run = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si)
+        for (size_t mi = 0; mi < sizeof mods / sizeof mods[0]; ++mi)
+            for (int64_t splits = 1; splits <= 3; splits += 2, ++index)
+                if (g_only < 0 || index == g_only)
+                    failed += !run_case(index, shapes[si], &mods[mi], splits), ++run;
+    printf("%ld of %ld scored cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
     assert_int_equal(failed, 0);
 }
 
@@ -194,6 +235,7 @@ int main(void)
            g_seed, g_seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiled_matches_oracle),
+        cmocka_unit_test(test_tiled_scored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,10 +51,28 @@ static void key_blocks(const fa2_problem_t *p, int64_t i0, int64_t i1, int64_t b
     *n1 = last / bn + 1;
 }
 
-/* One query block [i0, i1) of one (batch, head). */
-static void query_block(const fa2_problem_t *p, int64_t bn, float scale, const float *q,
-                        const float *k, const float *v, int64_t b, int64_t h, int64_t i0,
-                        int64_t i1, tile_buffers_t *t, float *o, float *lse)
+/* The score of (head h, row i, key j) from the scaled product x, in fp32 as a kernel
+ * computes it: softcap, then ALiBi (oracle_score.h); `mod` NULL: x. */
+static float score(const fa2_problem_t *p, const oracle_score_t *mod, int64_t h, int64_t i,
+                   int64_t j, float x)
+{
+    if (!mod)
+        return x;
+    float s = mod->softcap > 0.0 ? (float)mod->softcap * tanhf(x / (float)mod->softcap) : x;
+    if (mod->alibi_slopes) {
+        const int64_t dist = i + p->seqlen_k - p->seqlen_q - j;
+        s -= mod->alibi_slopes[h] * (float)(dist < 0 ? -dist : dist);
+    }
+    return s;
+}
+
+/* One query block [i0, i1) of one (batch, head) over key blocks [kb0, kb1) of the
+ * ones it can see (a split, or all of them): O (normalized over those keys) and LSE
+ * (-inf for a row that saw no key). */
+static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64_t bn,
+                        float scale, const float *q, const float *k, const float *v,
+                        int64_t b, int64_t h, int64_t i0, int64_t i1, int64_t kb0, int64_t kb1,
+                        tile_buffers_t *t, float *o, float *lse)
 {
     const int64_t d = p->head_dim;
     const int64_t rows = i1 - i0;
@@ -70,9 +88,7 @@ static void query_block(const fa2_problem_t *p, int64_t bn, float scale, const f
             t->acc[r * d + c] = 0.0f;
     }
 
-    int64_t n0, n1;
-    key_blocks(p, i0, i1, bn, &n0, &n1);
-    for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t n = kb0; n < kb1; ++n) {
         const int64_t j0 = n * bn;
         const int64_t cols = min64(bn, p->seqlen_k - j0);
         for (int64_t r = 0; r < rows; ++r) {
@@ -87,7 +103,8 @@ static void query_block(const fa2_problem_t *p, int64_t bn, float scale, const f
                 float dot = 0.0f;
                 for (int64_t x = 0; x < d; ++x)
                     dot += qi[x] * kj[x];
-                s[c] = visible(p, i, j0 + c) ? scale * dot : -INFINITY;
+                s[c] = visible(p, i, j0 + c) ? score(p, mod, h, i, j0 + c, scale * dot)
+                                             : -INFINITY;
                 m_blk = fmaxf(m_blk, s[c]);
             }
 
@@ -125,35 +142,94 @@ static void query_block(const fa2_problem_t *p, int64_t bn, float scale, const f
         const float inv_l = empty ? 0.0f : 1.0f / t->l[r];
         for (int64_t x = 0; x < d; ++x)
             orow[x] = t->acc[r * d + x] * inv_l;
-        if (lse)
-            lse[(b * p->heads_q + h) * p->seqlen_q + i] =
-                empty ? -INFINITY : t->m[r] + logf(t->l[r]);
+        lse[(b * p->heads_q + h) * p->seqlen_q + i] = empty ? -INFINITY : t->m[r] + logf(t->l[r]);
     }
+}
+
+/* Merges `parts` partial results (O_s [parts][batch, seqlen_q, heads_q, d], LSE_s
+ * [parts][batch, heads_q, seqlen_q]) and each head's sink into O and LSE, as a split
+ * decode's combine does: the sink joins the row's denominator once, here. */
+static void combine(const fa2_problem_t *p, const oracle_score_t *mod, int64_t parts,
+                    const float *o_parts, const float *lse_parts, float *o, float *lse)
+{
+    const int64_t d = p->head_dim, rows = p->batch * p->seqlen_q * p->heads_q;
+    const int64_t n_lse = p->batch * p->heads_q * p->seqlen_q;
+    for (int64_t b = 0; b < p->batch; ++b)
+        for (int64_t h = 0; h < p->heads_q; ++h)
+            for (int64_t i = 0; i < p->seqlen_q; ++i) {
+                const int64_t at = (b * p->heads_q + h) * p->seqlen_q + i;
+                const int64_t row = (b * p->seqlen_q + i) * p->heads_q + h;
+                const float sink = mod && mod->sinks ? mod->sinks[h] : -INFINITY;
+                float top = sink;
+                for (int64_t s = 0; s < parts; ++s)
+                    top = fmaxf(top, lse_parts[s * n_lse + at]);
+                float total = -INFINITY;
+                if (top != -INFINITY) {
+                    float sum = expf(sink - top);
+                    for (int64_t s = 0; s < parts; ++s)
+                        sum += expf(lse_parts[s * n_lse + at] - top);
+                    total = top + logf(sum);
+                }
+                for (int64_t x = 0; x < d; ++x) {
+                    float acc = 0.0f;
+                    for (int64_t s = 0; s < parts; ++s) {
+                        const float w = expf(lse_parts[s * n_lse + at] - total);
+                        if (w != 0.0f)
+                            acc += w * o_parts[(s * rows + row) * d + x];
+                    }
+                    o[row * d + x] = top == -INFINITY ? 0.0f : acc;
+                }
+                if (lse)
+                    lse[at] = total;
+            }
 }
 
 int tiled_cpu_forward(const fa2_problem_t *p, int64_t block_m, int64_t block_n,
                       const float *q, const float *k, const float *v, float *o, float *lse)
 {
-    if (block_m < 1 || block_n < 1)
+    return tiled_cpu_forward_scored(p, NULL, block_m, block_n, 1, q, k, v, o, lse);
+}
+
+int tiled_cpu_forward_scored(const fa2_problem_t *p, const oracle_score_t *mod,
+                             int64_t block_m, int64_t block_n, int64_t splits, const float *q,
+                             const float *k, const float *v, float *o, float *lse)
+{
+    if (block_m < 1 || block_n < 1 || splits < 1)
         return -1;
     const int64_t d = p->head_dim;
     const float scale =
         p->softmax_scale != 0.0f ? p->softmax_scale : 1.0f / sqrtf((float)d);
+    const int64_t rows = p->batch * p->seqlen_q * p->heads_q;
+    const int64_t n_lse = p->batch * p->heads_q * p->seqlen_q;
     tile_buffers_t t;
     t.s = malloc(sizeof(float) * (size_t)(block_m * block_n));
     t.acc = malloc(sizeof(float) * (size_t)(block_m * d));
     t.m = malloc(sizeof(float) * (size_t)block_m);
     t.l = malloc(sizeof(float) * (size_t)block_m);
-    const int ok = t.s && t.acc && t.m && t.l;
+    float *o_parts = malloc(sizeof(float) * (size_t)(splits * rows * d + 1));
+    float *lse_parts = malloc(sizeof(float) * (size_t)(splits * n_lse + 1));
+    const int ok = t.s && t.acc && t.m && t.l && o_parts && lse_parts;
+    /* Each query block's visible key blocks cut into `splits` ranges (some empty), each
+     * computed on its own, then merged with the sink (combine). */
+    for (int64_t b = 0; ok && b < p->batch; ++b)
+        for (int64_t h = 0; h < p->heads_q; ++h)
+            for (int64_t i0 = 0; i0 < p->seqlen_q; i0 += block_m) {
+                const int64_t i1 = min64(i0 + block_m, p->seqlen_q);
+                int64_t n0, n1;
+                key_blocks(p, i0, i1, block_n, &n0, &n1);
+                const int64_t per = (n1 - n0 + splits - 1) / splits;
+                for (int64_t s = 0; s < splits; ++s)
+                    query_block(p, mod, block_n, scale, q, k, v, b, h, i0, i1,
+                                min64(n0 + s * per, n1), min64(n0 + (s + 1) * per, n1), &t,
+                                o_parts + s * rows * d, lse_parts + s * n_lse);
+            }
     if (ok)
-        for (int64_t b = 0; b < p->batch; ++b)
-            for (int64_t h = 0; h < p->heads_q; ++h)
-                for (int64_t i0 = 0; i0 < p->seqlen_q; i0 += block_m)
-                    query_block(p, block_n, scale, q, k, v, b, h, i0,
-                                min64(i0 + block_m, p->seqlen_q), &t, o, lse);
+        combine(p, mod, splits, o_parts, lse_parts, o, lse);
     free(t.s);
     free(t.acc);
     free(t.m);
     free(t.l);
+    free(o_parts);
+    free(lse_parts);
     return ok ? 0 : -1;
 }

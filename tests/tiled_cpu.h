@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "fa2.h"
+#include "oracle_score.h"
 
 /* Computes O and LSE (`lse` may be NULL) with query blocks of `block_m` rows and key
  * blocks of `block_n` rows (e.g. a fa2_plan_t's block_m/block_n). Rows with no allowed
@@ -21,5 +22,14 @@
 int tiled_cpu_forward(const fa2_problem_t *p, int64_t block_m, int64_t block_n,
                       const float *q, const float *k, const float *v, float *o,
                       float *lse);
+
+/* The same with the score variants `mod` (oracle_score.h; NULL: plain) and each query
+ * block's keys cut into `splits` contiguous ranges of key blocks computed separately
+ * and merged (a split decode's partials and combine). Softcap and ALiBi apply to each
+ * score as it is made; the sink joins each row's denominator once, in the merge (with
+ * splits = 1 too), not in the tile loop. */
+int tiled_cpu_forward_scored(const fa2_problem_t *p, const oracle_score_t *mod,
+                             int64_t block_m, int64_t block_n, int64_t splits, const float *q,
+                             const float *k, const float *v, float *o, float *lse);
 
 #endif

@@ -88,6 +88,7 @@ typedef enum fa2_status_t {
 #define FA2_MAX_SOFTMAX_SCALE 65536.0f    /* softmax_scale */
 #define FA2_MAX_COMBINE_PARTS 65536       /* fa2_combine_problem_t.parts */
 #define FA2_MAX_SPLITS 128                /* fa2_problem_t.max_splits */
+#define FA2_MAX_SOFTCAP 65536.0f          /* fa2_problem_t.softcap */
 
 typedef enum fa2_dtype_t {
     FA2_DTYPE_FP16 = 1, /* IEEE binary16 */
@@ -195,7 +196,26 @@ typedef struct fa2_problem_t {
      * to fill the device. */
     int32_t batch_invariant;
     int32_t reserved2;       /* zero */
+    /* Score variants (see below); 0 = off. Not run by this version yet: fa2_plan
+     * refuses any of them with FA2_ERROR_UNSUPPORTED. */
+    float softcap;           /* 0, or in (0, FA2_MAX_SOFTCAP]: logit softcap */
+    int32_t alibi;           /* 0 or 1: per-head ALiBi slopes, passed at each call */
+    int32_t sinks;           /* 0 or 1: per-head attention-sink logits, passed at each call */
+    int32_t reserved3;       /* zero */
 } fa2_problem_t;
+
+/* Score variants. For query row i, key j, query head h (a packed batch: within the
+ * sequence):
+ *     x = softmax_scale * q_i . k_j
+ *     s = softcap * tanh(x / softcap)                 (softcap > 0; else s = x)
+ *     s -= slope_h * |i + seqlen_k - seqlen_q - j|    (alibi: bottom-right aligned)
+ *     LSE_i = log(exp(sink_h) + sum_j exp(s_ij)),  O_i = sum_j exp(s_ij - LSE_i) v_j
+ * over the keys the mask leaves visible, sink_h = -inf without sinks. The returned LSE
+ * includes the sink; a row that sees no key has O = 0 and LSE = sink_h. The backward
+ * adds softcap's derivative (1 - tanh^2) and writes dsinks_h = -sum over the batch and
+ * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic. The slopes, sinks and dsinks are
+ * float32 [heads_q] device tensors passed with the call (fa2_forward_with,
+ * fa2_backward_with). */
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
  * in Q, K, V and O, laid out [total_q, heads_q, head_dim] (Q, O) and [total_k,
@@ -376,6 +396,37 @@ FA2_API fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, c
                                         const int32_t *page_table, void *workspace,
                                         size_t workspace_bytes, void *stream);
 
+/* Every tensor of one forward call, for fa2_forward_with: the arguments of fa2_forward
+ * (a dense plan) or fa2_forward_varlen (a packed one), and those of the score variants.
+ * Make it with fa2_forward_args_init (all NULL / 0, struct_size set), then fill it. */
+typedef struct fa2_forward_args_t {
+    size_t struct_size; /* sizeof(fa2_forward_args_t), set by fa2_forward_args_init */
+    const void *q;
+    const void *k;
+    const void *v;
+    void *o;
+    float *lse;                  /* optional */
+    const int32_t *cu_seqlens_q; /* packed plans only (see fa2_forward_varlen) */
+    const int32_t *cu_seqlens_k;
+    const int32_t *seqused_k;
+    const int32_t *page_table;
+    const float *alibi_slopes;   /* [heads_q] float32: exactly when the plan has alibi */
+    const float *sinks;          /* [heads_q] float32: exactly when the plan has sinks */
+    void *workspace;
+    size_t workspace_bytes;
+    void *stream;                /* a cudaStream_t; NULL = the legacy default stream */
+} fa2_forward_args_t;
+
+/* Zeroes *args and sets its struct_size. A NULL `args` is a harmless no-op. */
+FA2_API void fa2_forward_args_init(fa2_forward_args_t *args);
+
+/* fa2_forward (dense plans) or fa2_forward_varlen (packed plans) with its tensors in
+ * one struct: the same checks, statuses and behaviour, and FA2_ERROR_STRUCT_SIZE for
+ * args not from fa2_forward_args_init, FA2_ERROR_UNSUPPORTED for a packed plan's
+ * metadata passed with a dense plan, or a score variant's tensor passed for a plan
+ * without that variant. */
+FA2_API fa2_status_t fa2_forward_with(const fa2_plan_t *plan, const fa2_forward_args_t *args);
+
 /* Reads the metadata checks the last fa2_forward_varlen with this plan and workspace
  * wrote. Synchronous: it copies batch int32 from the device, so call it once that work
  * has finished (after the stream synchronizes). FA2_SUCCESS when every sequence passed;
@@ -495,6 +546,37 @@ FA2_API fa2_status_t fa2_backward_varlen(const fa2_plan_t *plan, const void *q, 
                                          const int32_t *cu_seqlens_k,
                                          const int32_t *seqused_k, void *workspace,
                                          size_t workspace_bytes, void *stream);
+
+/* Every tensor of one backward call, for fa2_backward_with (as fa2_forward_args_t). */
+typedef struct fa2_backward_args_t {
+    size_t struct_size; /* sizeof(fa2_backward_args_t), set by fa2_backward_args_init */
+    const void *q;
+    const void *k;
+    const void *v;
+    const void *o;
+    const void *d_o;
+    const float *lse;
+    void *dq;
+    void *dk;
+    void *dv;
+    const int32_t *cu_seqlens_q; /* packed plans only (see fa2_backward_varlen) */
+    const int32_t *cu_seqlens_k;
+    const int32_t *seqused_k;
+    const float *alibi_slopes;   /* [heads_q] float32: exactly when the plan has alibi */
+    const float *sinks;          /* [heads_q] float32: exactly when the plan has sinks */
+    float *dsinks;               /* [heads_q] float32, written: exactly with sinks */
+    void *workspace;
+    size_t workspace_bytes;
+    void *stream;
+} fa2_backward_args_t;
+
+/* Zeroes *args and sets its struct_size. A NULL `args` is a harmless no-op. */
+FA2_API void fa2_backward_args_init(fa2_backward_args_t *args);
+
+/* fa2_backward (dense plans) or fa2_backward_varlen (packed ones) with its tensors in
+ * one struct, as fa2_forward_with. */
+FA2_API fa2_status_t fa2_backward_with(const fa2_plan_t *plan,
+                                       const fa2_backward_args_t *args);
 
 #ifdef __cplusplus
 }

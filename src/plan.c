@@ -170,6 +170,10 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
         return fa2_fail(FA2_ERROR_NULL_POINTER, "plan is NULL");
     if ((s = fa2_validate_problem(problem, device)) != FA2_SUCCESS)
         return s;
+    if (problem->softcap != 0.0f || problem->alibi || problem->sinks)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "softcap=%g alibi=%d sinks=%d: this version runs no score variant yet",
+                        (double)problem->softcap, (int)problem->alibi, (int)problem->sinks);
 
     d = fa2_head_dim_bucket(problem->head_dim);
     if (!fa2_fwd_tile_for_device(d, device, &tile))

@@ -94,8 +94,9 @@ class Loading(unittest.TestCase):
         for c_name, mirror in fa2.STRUCT_MIRRORS.items():
             body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (c_name, c_name), text,
                              re.S).group(1)
-            names = [n.strip() for decl in body.split(";") if decl.strip()
-                     for n in decl.split(None, 1)[1].split(",")]
+            # "type name, name" or "const type *name": the names after the type
+            names = [n.strip().lstrip("*").strip() for decl in body.split(";") if decl.strip()
+                     for n in re.sub(r"^\s*(?:const\s+)?\w+\s*", "", decl).split(",")]
             self.assertEqual([n for n, _ in mirror._fields_], names, c_name)
 
     def test_every_mirror_is_listed(self):
@@ -364,7 +365,7 @@ class Errors(unittest.TestCase):
             self.assertEqual(getattr(fa2, name), code)
         limits = dict(re.findall(r"#define FA2_(MAX_\w+) ([0-9.]+)f?", text))
         self.assertEqual(set(limits), {"MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
-                                       "MAX_COMBINE_PARTS", "MAX_SPLITS"})
+                                       "MAX_COMBINE_PARTS", "MAX_SPLITS", "MAX_SOFTCAP"})
         for name, value in limits.items():
             self.assertEqual(getattr(fa2, name), float(value), name)
 
@@ -419,6 +420,53 @@ class Errors(unittest.TestCase):
             with self.assertRaises(fa2.Fa2ShapeError) as cm:
                 fa2.flash_attn_with_kvcache(None, None, None, None, None, **kw)
             self.assertIn(fragment, str(cm.exception))
+
+    def test_call_args(self):
+        """fa2_forward_with / fa2_backward_with: the checks of their own (the rest is
+        fa2_forward's and fa2_backward's): args NULL or not from the init call, a score
+        variant's tensor for a plan without it, a packed plan's metadata for a dense one;
+        and the score variants' problem fields, refused by fa2_plan in this version."""
+        lib = fa2.library()
+        c = lib.cdll
+        plan = fa2.plan(problem(), device())
+        fwd, bwd = fa2.ForwardArgs(), fa2.BackwardArgs()
+        c.fa2_forward_args_init(ctypes.byref(fwd))
+        c.fa2_backward_args_init(ctypes.byref(bwd))
+        self.assertEqual(fwd.struct_size, ctypes.sizeof(fa2.ForwardArgs))
+        self.assertEqual(bwd.struct_size, ctypes.sizeof(fa2.BackwardArgs))
+        raw = ctypes.byref(plan.raw)
+
+        def status(run, args):
+            return run(raw, args), lib.last_error()
+        self.assertEqual(status(c.fa2_forward_with, None)[0], fa2.FA2_ERROR_NULL_POINTER)
+        bad = fa2.ForwardArgs()
+        code, msg = status(c.fa2_forward_with, ctypes.byref(bad))
+        self.assertEqual(code, fa2.FA2_ERROR_STRUCT_SIZE)
+        self.assertIn("fa2_forward_args_init", msg)
+        fwd.alibi_slopes = ALIGNED
+        code, msg = status(c.fa2_forward_with, ctypes.byref(fwd))
+        self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
+        self.assertIn("problem.alibi=0", msg)
+        fwd.alibi_slopes, fwd.cu_seqlens_q = None, ALIGNED
+        code, msg = status(c.fa2_forward_with, ctypes.byref(fwd))
+        self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
+        self.assertIn("dense plan", msg)
+        bwd.dsinks = ALIGNED
+        code, msg = status(c.fa2_backward_with, ctypes.byref(bwd))
+        self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
+        self.assertIn("dsinks", msg)
+        for field, value, cls, fragment in (
+                ("softcap", 30.0, fa2.Fa2Unsupported, "no score variant"),
+                ("softcap", float("nan"), fa2.Fa2BadScale, "softcap=nan"),
+                ("softcap", -1.0, fa2.Fa2BadScale, "softcap=-1"),
+                ("alibi", 1, fa2.Fa2Unsupported, "alibi=1"),
+                ("sinks", 2, fa2.Fa2InvalidSize, "sinks=2"),
+                ("reserved3", 1, fa2.Fa2Reserved, "reserved3=1")):
+            p = problem()
+            setattr(p, field, value)
+            with self.assertRaises(cls) as cm:
+                fa2.plan(p, device())
+            self.assertIn(fragment, str(cm.exception), field)
 
     def test_varlen_refusals_before_any_tensor(self):
         for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),

@@ -45,7 +45,8 @@ __all__ = [
     "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
     "attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
     "DTYPE_FP16", "DTYPE_BF16", "DTYPE_FP32", "MAX_SEQLEN", "MAX_WINDOW",
-    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "MAX_SPLITS", "STRUCT_MIRRORS", "plan_for",
+    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "MAX_SPLITS", "MAX_SOFTCAP", "STRUCT_MIRRORS",
+    "plan_for", "ForwardArgs", "BackwardArgs",
     "repeats_addresses", "CombineProblem", "combine",
 ]
 
@@ -101,6 +102,7 @@ MAX_WINDOW = 2147483647      # window_left, window_right
 MAX_SOFTMAX_SCALE = 65536.0  # softmax_scale
 MAX_COMBINE_PARTS = 65536    # fa2_combine_problem_t.parts
 MAX_SPLITS = 128             # fa2_problem_t.max_splits
+MAX_SOFTCAP = 65536.0        # fa2_problem_t.softcap
 
 
 # ---------------------------------------------------------------------------------
@@ -202,7 +204,9 @@ class Problem(ctypes.Structure):
                 + [("total_q", _i64), ("total_k", _i64)]
                 + [(n, _i64) for n in ("page_size", "num_pages", "pages_per_seq",
                                        "max_splits")]
-                + [("batch_invariant", _i32), ("reserved2", _i32)])
+                + [("batch_invariant", _i32), ("reserved2", _i32)]
+                + [("softcap", ctypes.c_float), ("alibi", _i32), ("sinks", _i32),
+                   ("reserved3", _i32)])
 
 
 class DeviceInfo(ctypes.Structure):
@@ -239,8 +243,28 @@ class CombineProblem(ctypes.Structure):
 
 # Every struct mirror of this module, by its C name: tests/test_python_ffi.py checks each
 # one's size and field offsets against the C compiler's.
+class ForwardArgs(ctypes.Structure):
+    """fa2_forward_args_t: one forward call's tensors (device pointers as ints)."""
+    _fields_ = ([("struct_size", ctypes.c_size_t)]
+                + [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "lse", "cu_seqlens_q",
+                                                  "cu_seqlens_k", "seqused_k", "page_table",
+                                                  "alibi_slopes", "sinks", "workspace")]
+                + [("workspace_bytes", ctypes.c_size_t), ("stream", ctypes.c_void_p)])
+
+
+class BackwardArgs(ctypes.Structure):
+    """fa2_backward_args_t: one backward call's tensors (device pointers as ints)."""
+    _fields_ = ([("struct_size", ctypes.c_size_t)]
+                + [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "d_o", "lse", "dq", "dk",
+                                                  "dv", "cu_seqlens_q", "cu_seqlens_k",
+                                                  "seqused_k", "alibi_slopes", "sinks",
+                                                  "dsinks", "workspace")]
+                + [("workspace_bytes", ctypes.c_size_t), ("stream", ctypes.c_void_p)])
+
+
 STRUCT_MIRRORS = {"fa2_problem_t": Problem, "fa2_device_info_t": DeviceInfo,
-                  "fa2_plan_t": PlanStruct, "fa2_combine_problem_t": CombineProblem}
+                  "fa2_plan_t": PlanStruct, "fa2_combine_problem_t": CombineProblem,
+                  "fa2_forward_args_t": ForwardArgs, "fa2_backward_args_t": BackwardArgs}
 
 
 def _struct_repr(s):
@@ -351,6 +375,15 @@ class Library:
             probe = CombineProblem()
             c.fa2_combine_problem_init(ctypes.byref(probe), DTYPE_FP32, DTYPE_BF16, 2, 1, 1, 64)
             self._check_mirror("fa2_combine_problem_t", probe.struct_size, CombineProblem)
+        if hasattr(c, "fa2_forward_with"):  # not in a library older than the binding
+            for name, mirror in (("forward", ForwardArgs), ("backward", BackwardArgs)):
+                init, run = getattr(c, f"fa2_{name}_args_init"), getattr(c, f"fa2_{name}_with")
+                init.argtypes, init.restype = [ctypes.POINTER(mirror)], None
+                run.argtypes = [ctypes.POINTER(PlanStruct), ctypes.POINTER(mirror)]
+                run.restype = ctypes.c_int
+                probe = mirror()
+                init(ctypes.byref(probe))
+                self._check_mirror(f"fa2_{name}_args_t", probe.struct_size, mirror)
         for f in ("fa2_device_info_query", "fa2_plan", "fa2_forward", "fa2_forward_varlen",
                   "fa2_backward", "fa2_backward_varlen"):
             getattr(c, f).restype = ctypes.c_int

@@ -1,0 +1,97 @@
+/* fa2_forward_with / fa2_backward_with: the calls' tensors in one struct (the score
+ * variants' among them), checked here, then run by fa2_forward / fa2_forward_varlen /
+ * fa2_backward / fa2_backward_varlen as the plan's layout says. */
+#include <string.h>
+
+#include "internal.h"
+
+void fa2_forward_args_init(fa2_forward_args_t *args)
+{
+    if (!args)
+        return;
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+}
+
+void fa2_backward_args_init(fa2_backward_args_t *args)
+{
+    if (!args)
+        return;
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+}
+
+/* The score variants' tensors against the plan's variants (none run yet: each must be
+ * NULL). */
+static fa2_status_t check_variant_tensors(const fa2_problem_t *p, const float *alibi_slopes,
+                                          const float *sinks, const float *dsinks)
+{
+    if (alibi_slopes && !p->alibi)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "alibi_slopes is given but the plan has no ALiBi (problem.alibi=0)");
+    if ((sinks || dsinks) && !p->sinks)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED, "%s is given but the plan has no sinks "
+                        "(problem.sinks=0)", sinks ? "sinks" : "dsinks");
+    return FA2_SUCCESS;
+}
+
+/* The plan's problem when the plan looks like one from fa2_plan (else NULL: the call
+ * it is handed to reports it). */
+static const fa2_problem_t *plan_problem(const fa2_plan_t *plan)
+{
+    return plan && plan->struct_size == sizeof(fa2_plan_t) ? &plan->problem : NULL;
+}
+
+fa2_status_t fa2_forward_with(const fa2_plan_t *plan, const fa2_forward_args_t *a)
+{
+    fa2_status_t s;
+    fa2_clear_error();
+    if (!a)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "args is NULL");
+    if (a->struct_size != sizeof(fa2_forward_args_t))
+        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
+                        "args->struct_size=%zu, expected %zu (set it with "
+                        "fa2_forward_args_init)",
+                        a->struct_size, sizeof(fa2_forward_args_t));
+    const fa2_problem_t *p = plan_problem(plan);
+    if (p && (s = check_variant_tensors(p, a->alibi_slopes, a->sinks, NULL)))
+        return s;
+    if (p && !p->total_q) {
+        if (a->cu_seqlens_q || a->cu_seqlens_k || a->seqused_k || a->page_table)
+            return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                            "a dense plan (problem.total_q=0) takes no cu_seqlens_q, "
+                            "cu_seqlens_k, seqused_k or page_table");
+        return fa2_forward(plan, a->q, a->k, a->v, a->o, a->lse, a->workspace,
+                           a->workspace_bytes, a->stream);
+    }
+    return fa2_forward_varlen(plan, a->q, a->k, a->v, a->o, a->lse, a->cu_seqlens_q,
+                              a->cu_seqlens_k, a->seqused_k, a->page_table, a->workspace,
+                              a->workspace_bytes, a->stream);
+}
+
+fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t *a)
+{
+    fa2_status_t s;
+    fa2_clear_error();
+    if (!a)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "args is NULL");
+    if (a->struct_size != sizeof(fa2_backward_args_t))
+        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
+                        "args->struct_size=%zu, expected %zu (set it with "
+                        "fa2_backward_args_init)",
+                        a->struct_size, sizeof(fa2_backward_args_t));
+    const fa2_problem_t *p = plan_problem(plan);
+    if (p && (s = check_variant_tensors(p, a->alibi_slopes, a->sinks, a->dsinks)))
+        return s;
+    if (p && !p->total_q) {
+        if (a->cu_seqlens_q || a->cu_seqlens_k || a->seqused_k)
+            return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                            "a dense plan (problem.total_q=0) takes no cu_seqlens_q, "
+                            "cu_seqlens_k or seqused_k");
+        return fa2_backward(plan, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk,
+                            a->dv, a->workspace, a->workspace_bytes, a->stream);
+    }
+    return fa2_backward_varlen(plan, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk,
+                               a->dv, a->cu_seqlens_q, a->cu_seqlens_k, a->seqused_k,
+                               a->workspace, a->workspace_bytes, a->stream);
+}

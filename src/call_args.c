@@ -21,17 +21,14 @@ void fa2_backward_args_init(fa2_backward_args_t *args)
     args->struct_size = sizeof *args;
 }
 
-/* The score variants' tensors against the plan's variants (none run yet: each must be
- * NULL). */
-static fa2_status_t check_variant_tensors(const fa2_problem_t *p, const float *alibi_slopes,
-                                          const float *sinks, const float *dsinks)
+/* The backward's score-variant tensors: none runs in a backward yet (a plan with a
+ * variant has bwd_supported = 0), so each must be NULL. */
+static fa2_status_t check_backward_score_tensors(const fa2_backward_args_t *a)
 {
-    if (alibi_slopes && !p->alibi)
+    if (a->alibi_slopes || a->sinks || a->dsinks)
         return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "alibi_slopes is given but the plan has no ALiBi (problem.alibi=0)");
-    if ((sinks || dsinks) && !p->sinks)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED, "%s is given but the plan has no sinks "
-                        "(problem.sinks=0)", sinks ? "sinks" : "dsinks");
+                        "%s is given but no backward runs the score variants in this version",
+                        a->alibi_slopes ? "alibi_slopes" : a->sinks ? "sinks" : "dsinks");
     return FA2_SUCCESS;
 }
 
@@ -44,7 +41,6 @@ static const fa2_problem_t *plan_problem(const fa2_plan_t *plan)
 
 fa2_status_t fa2_forward_with(const fa2_plan_t *plan, const fa2_forward_args_t *a)
 {
-    fa2_status_t s;
     fa2_clear_error();
     if (!a)
         return fa2_fail(FA2_ERROR_NULL_POINTER, "args is NULL");
@@ -54,19 +50,19 @@ fa2_status_t fa2_forward_with(const fa2_plan_t *plan, const fa2_forward_args_t *
                         "fa2_forward_args_init)",
                         a->struct_size, sizeof(fa2_forward_args_t));
     const fa2_problem_t *p = plan_problem(plan);
-    if (p && (s = check_variant_tensors(p, a->alibi_slopes, a->sinks, NULL)))
-        return s;
+    const fa2_score_tensors_t scores = {a->alibi_slopes, a->sinks};
     if (p && !p->total_q) {
         if (a->cu_seqlens_q || a->cu_seqlens_k || a->seqused_k || a->page_table)
             return fa2_fail(FA2_ERROR_UNSUPPORTED,
                             "a dense plan (problem.total_q=0) takes no cu_seqlens_q, "
                             "cu_seqlens_k, seqused_k or page_table");
-        return fa2_forward(plan, a->q, a->k, a->v, a->o, a->lse, a->workspace,
-                           a->workspace_bytes, a->stream);
+        return fa2_run_forward(plan, a->q, a->k, a->v, a->o, a->lse, NULL, &scores,
+                               a->workspace, a->workspace_bytes, a->stream);
     }
-    return fa2_forward_varlen(plan, a->q, a->k, a->v, a->o, a->lse, a->cu_seqlens_q,
-                              a->cu_seqlens_k, a->seqused_k, a->page_table, a->workspace,
-                              a->workspace_bytes, a->stream);
+    const fa2_seq_offsets_t offsets = {a->cu_seqlens_q, a->cu_seqlens_k, a->seqused_k,
+                                       a->page_table};
+    return fa2_run_forward(plan, a->q, a->k, a->v, a->o, a->lse, &offsets, &scores,
+                           a->workspace, a->workspace_bytes, a->stream);
 }
 
 fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t *a)
@@ -81,7 +77,7 @@ fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t
                         "fa2_backward_args_init)",
                         a->struct_size, sizeof(fa2_backward_args_t));
     const fa2_problem_t *p = plan_problem(plan);
-    if (p && (s = check_variant_tensors(p, a->alibi_slopes, a->sinks, a->dsinks)))
+    if ((s = check_backward_score_tensors(a)))
         return s;
     if (p && !p->total_q) {
         if (a->cu_seqlens_q || a->cu_seqlens_k || a->seqused_k)

@@ -93,11 +93,39 @@ static fa2_status_t check_forward_overlap(const fa2_plan_t *plan, const void *q,
     return fa2_check_disjoint(outputs, 3, inputs, 3 + FA2_OFFSET_SPANS);
 }
 
-/* fa2_forward and fa2_forward_varlen: every check, then the launch. */
-static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const void *k,
-                                const void *v, void *o, float *lse,
-                                const fa2_seq_offsets_t *offsets, void *workspace,
-                                size_t workspace_bytes, void *stream)
+/* The score variants' tensors against the plan's variants: each given exactly when the
+ * plan has its variant (scores NULL: the entry point has none to give). */
+static fa2_status_t check_score_tensors(const fa2_problem_t *pr,
+                                        const fa2_score_tensors_t *scores)
+{
+    const fa2_score_tensors_t none = {NULL, NULL};
+    const fa2_score_tensors_t *t = scores ? scores : &none;
+    fa2_status_t s;
+    if (!scores && (pr->alibi || pr->sinks))
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "the plan has %s: pass their tensors with fa2_forward_with",
+                        pr->alibi ? "ALiBi (problem.alibi=1)" : "sinks (problem.sinks=1)");
+    if (t->alibi_slopes && !pr->alibi)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "alibi_slopes is given but the plan has no ALiBi (problem.alibi=0)");
+    if (t->sinks && !pr->sinks)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "sinks is given but the plan has no sinks (problem.sinks=0)");
+    if (pr->alibi && !t->alibi_slopes)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "alibi_slopes is NULL (problem.alibi=1)");
+    if (pr->sinks && !t->sinks)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "sinks is NULL (problem.sinks=1)");
+    if ((s = fa2_check_align("alibi_slopes", t->alibi_slopes, 4)) ||
+        (s = fa2_check_align("sinks", t->sinks, 4)))
+        return s;
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *k,
+                             const void *v, void *o, float *lse,
+                             const fa2_seq_offsets_t *offsets,
+                             const fa2_score_tensors_t *scores, void *workspace,
+                             size_t workspace_bytes, void *stream)
 {
     fa2_params_t p;
     fa2_status_t s;
@@ -115,7 +143,8 @@ static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const voi
     if (!o)
         return fa2_fail(FA2_ERROR_NULL_POINTER, "o is NULL");
     if ((s = fa2_check_offsets_given(offsets)) || (s = fa2_check_plan(plan)) ||
-        (s = fa2_check_entry_point(plan, offsets, "fa2_forward", "fa2_forward_varlen")))
+        (s = fa2_check_entry_point(plan, offsets, "fa2_forward", "fa2_forward_varlen")) ||
+        (s = check_score_tensors(&plan->problem, scores)))
         return s;
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
@@ -142,6 +171,9 @@ static fa2_status_t run_forward(const fa2_plan_t *plan, const void *q, const voi
     p.decode_split_tiles =
         plan->decode_splits ? fa2_decode_split_tiles(&plan->problem, plan->head_dim_bucket) : 0;
     p.decode_stages = plan->decode_splits ? fa2_decode_plan_stages(plan) : 0;
+    p.softcap = plan->problem.softcap;
+    p.alibi_slopes = scores ? scores->alibi_slopes : NULL;
+    p.sinks = scores ? scores->sinks : NULL;
     if (plan->decode_splits > 1) {
         fa2_fwd_workspace_t ws;
         fa2_fwd_workspace_layout(&plan->problem, plan->decode_splits, &ws); /* as planned */
@@ -161,7 +193,8 @@ fa2_status_t fa2_forward(const fa2_plan_t *plan, const void *q, const void *k,
                          const void *v, void *o, float *lse, void *workspace,
                          size_t workspace_bytes, void *stream)
 {
-    return run_forward(plan, q, k, v, o, lse, NULL, workspace, workspace_bytes, stream);
+    return fa2_run_forward(plan, q, k, v, o, lse, NULL, NULL, workspace, workspace_bytes,
+                           stream);
 }
 
 fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
@@ -171,5 +204,6 @@ fa2_status_t fa2_forward_varlen(const fa2_plan_t *plan, const void *q, const voi
                                 void *workspace, size_t workspace_bytes, void *stream)
 {
     const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k, page_table};
-    return run_forward(plan, q, k, v, o, lse, &offsets, workspace, workspace_bytes, stream);
+    return fa2_run_forward(plan, q, k, v, o, lse, &offsets, NULL, workspace, workspace_bytes,
+                           stream);
 }

@@ -99,6 +99,20 @@ typedef struct fa2_seq_offsets_t {
  * (FA2_ERROR_NULL_POINTER). Checked with the other pointers, before the plan. */
 fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets);
 
+/* The score variants' per-head tensors of a call (fa2_forward_with). */
+typedef struct fa2_score_tensors_t {
+    const float *alibi_slopes;
+    const float *sinks;
+} fa2_score_tensors_t;
+
+/* The forward: every check, then the launch. offsets NULL: a dense call; scores NULL:
+ * an entry point without the score variants' tensors (fa2_forward, fa2_forward_varlen). */
+fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *k,
+                             const void *v, void *o, float *lse,
+                             const fa2_seq_offsets_t *offsets,
+                             const fa2_score_tensors_t *scores, void *workspace,
+                             size_t workspace_bytes, void *stream);
+
 /* After the plan's own checks: the entry point suits the plan, a dense call a dense
  * plan and a packed call a packed one (FA2_ERROR_UNSUPPORTED, naming `dense_call` or
  * `packed_call`, the one to use); the arrays the plan reads are given

@@ -154,6 +154,8 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
         out->bwd_status = FA2_ERROR_SHARED_MEMORY;
     if (pr->page_size)
         out->bwd_status = FA2_ERROR_UNSUPPORTED; /* a paged K/V cache: inference, forward */
+    if (pr->softcap != 0.0f || pr->alibi || pr->sinks)
+        out->bwd_status = FA2_ERROR_UNSUPPORTED; /* the score variants: forward only, so far */
     out->bwd_supported = out->bwd_status == FA2_SUCCESS;
 }
 
@@ -170,10 +172,6 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
         return fa2_fail(FA2_ERROR_NULL_POINTER, "plan is NULL");
     if ((s = fa2_validate_problem(problem, device)) != FA2_SUCCESS)
         return s;
-    if (problem->softcap != 0.0f || problem->alibi || problem->sinks)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "softcap=%g alibi=%d sinks=%d: this version runs no score variant yet",
-                        (double)problem->softcap, (int)problem->alibi, (int)problem->sinks);
 
     d = fa2_head_dim_bucket(problem->head_dim);
     if (!fa2_fwd_tile_for_device(d, device, &tile))
@@ -220,6 +218,14 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
             tile.head_dim_bucket,
             fa2_decode_stages(tile.head_dim_bucket, device->smem_per_block_optin));
     }
+    /* The score variants run in the decode kernel only, forward only, so far. */
+    const int scored = problem->softcap != 0.0f || problem->alibi || problem->sinks;
+    if (scored && !out.decode_splits)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "softcap=%g alibi=%d sinks=%d: the score variants run only in the "
+                        "decode kernel in this version (query heads per kv head x query "
+                        "tokens <= 16, head-dim buckets 64, 128, 256)",
+                        (double)problem->softcap, (int)problem->alibi, (int)problem->sinks);
     fa2_fwd_workspace_t fws;
     if (!fa2_fwd_workspace_layout(problem, out.decode_splits, &fws))
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW, "the forward's workspace overflows int64");

@@ -4,12 +4,13 @@
  * and 256, key counts 0, 17, 1000 to 33000, causal and windows, with and without key
  * splits (plan->decode_splits checked: the decode kernel runs, and splits where the
  * case asks for them), planned for this device and again for an A100's record (the
- * two-stage pipeline). Then packed and paged batches of decode rows with splits,
- * sequence by sequence, an empty sequence included. Then batch-invariant mode: a
- * sequence's step alone and inside a larger batch, bit-identical. O and the LSE are
- * poisoned first; rows outside the sequences must stay so. Bounds as the forward tests:
- * O's relative L2 error within max(2 x a same-precision naive attention's, 1e-2 bf16 /
- * 2e-3 fp16), the LSE within 1e-3.
+ * two-stage pipeline), and with the score variants (softcap, ALiBi, sinks) through
+ * fa2_forward_with. Then packed and paged batches of decode rows with splits, sequence
+ * by sequence, an empty sequence included. Then batch-invariant mode: a sequence's step
+ * alone and inside a larger batch, bit-identical. O and the LSE are poisoned first;
+ * rows outside the sequences must stay so. Bounds as the forward tests: O's relative L2
+ * error within max(2 x a same-precision naive attention's, 1e-2 bf16 / 2e-3 fp16; the
+ * score variants: the fixed bound), the LSE within 1e-3.
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped);
  * `--probe` only checks for one. */
@@ -56,7 +57,10 @@ static const decode_case_t cases[] = {
     {BF16, 1, 1, 33000, 8, 1, 128, 1, -1, 128, 1},  /* one kv head: over 100 splits */
 };
 
-static int run_case(long index, const decode_case_t *c, const fa2_device_info_t *info)
+/* One case planned for `info`; `mod` (NULL: plain attention) adds the score variants,
+ * run through fa2_forward_with against oracle_forward_scored. */
+static int run_case(long index, const decode_case_t *c, const fa2_device_info_t *info,
+                    const oracle_score_t *mod)
 {
     fa2_problem_t p;
     fa2_problem_init(&p, c->dtype, c->batch, c->seqlen_q, c->seqlen_k, c->heads_q, c->heads_kv,
@@ -64,6 +68,12 @@ static int run_case(long index, const decode_case_t *c, const fa2_device_info_t 
     p.causal = c->causal;
     p.window_left = c->window_left;
     p.max_splits = c->max_splits;
+    if (mod) {
+        p.softcap = (float)mod->softcap;
+        p.alibi = mod->alibi_slopes != NULL;
+        p.sinks = mod->sinks != NULL;
+        printf("scored softcap=%g alibi=%d sinks=%d ", mod->softcap, (int)p.alibi, (int)p.sinks);
+    }
     fa2_plan_t plan;
     printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
            " d=%" PRId64 " causal=%d wl=%" PRId64 " max_splits=%" PRId64,
@@ -95,8 +105,18 @@ static int run_case(long index, const decode_case_t *c, const fa2_device_info_t 
          *d_o = device_buffer(NULL, 2 * nq),
          *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     float *dlse = device_buffer(NULL, sizeof(float) * n_lse);
+    float *dslopes = mod && mod->alibi_slopes
+                         ? device_buffer(mod->alibi_slopes, sizeof(float) * c->heads_q)
+                         : NULL;
+    float *dsinks = mod && mod->sinks ? device_buffer(mod->sinks, sizeof(float) * c->heads_q)
+                                      : NULL;
     int pass = 0;
-    st = fa2_forward(&plan, dq, dk, dv, d_o, dlse, ws, (size_t)plan.workspace_bytes, NULL);
+    fa2_forward_args_t args;
+    fa2_forward_args_init(&args);
+    args.q = dq, args.k = dk, args.v = dv, args.o = d_o, args.lse = dlse;
+    args.alibi_slopes = dslopes, args.sinks = dsinks;
+    args.workspace = ws, args.workspace_bytes = (size_t)plan.workspace_bytes;
+    st = fa2_forward_with(&plan, &args);
     if (st != FA2_SUCCESS) {
         printf(" : fa2_forward: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
         goto cleanup;
@@ -105,7 +125,7 @@ static int run_case(long index, const decode_case_t *c, const fa2_device_info_t 
     assert_int_equal(cudaMemcpy(ob, d_o, 2 * nq, cudaMemcpyDeviceToHost), cudaSuccess);
     assert_int_equal(cudaMemcpy(lse, dlse, sizeof(float) * n_lse, cudaMemcpyDeviceToHost),
                      cudaSuccess);
-    assert_int_equal(oracle_forward(&p, qv, kv, vv, want, want_lse), 0);
+    assert_int_equal(oracle_forward_scored(&p, mod, qv, kv, vv, want, want_lse), 0);
     assert_int_equal(oracle_forward_rounded(&p, qv, kv, vv, ref), 0);
     int64_t nonfinite = 0, lse_bad = 0;
     for (int64_t i = 0; i < nq; ++i) {
@@ -119,7 +139,9 @@ static int run_case(long index, const decode_case_t *c, const fa2_device_info_t 
     }
     const double err = oracle_rel_l2(got, want, (size_t)nq),
                  ref_err = oracle_rel_l2(ref, want, (size_t)nq);
-    const double bound = fmax(2.0 * ref_err, c->dtype == BF16 ? 1e-2 : 2e-3);
+    /* (the same-precision reference has no score variants: their cases take the fixed
+     * bound alone) */
+    const double bound = fmax(mod ? 0.0 : 2.0 * ref_err, c->dtype == BF16 ? 1e-2 : 2e-3);
     /* no keys: O must be exactly 0 (the oracle's too: err is then |O|) */
     pass = shape_ok && (c->seqlen_k == 0 ? err == 0.0 : err <= bound) && nonfinite == 0 &&
            lse_bad == 0;
@@ -129,6 +151,7 @@ static int run_case(long index, const decode_case_t *c, const fa2_device_info_t 
 cleanup:
     fflush(stdout);
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(ws), cudaFree(dlse);
+    cudaFree(dslopes), cudaFree(dsinks);
     free(qv), free(kv), free(vv), free(lse), free(qb), free(kb), free(vb), free(ob);
     free(want), free(ref), free(got), free(want_lse);
     return pass;
@@ -140,7 +163,7 @@ static void test_decode_dense(void **state)
     long failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         if (g_only < 0 || g_only == (long)i)
-            failed += !run_case((long)i, &cases[i], &g_info);
+            failed += !run_case((long)i, &cases[i], &g_info, NULL);
     printf("%ld of %zu cases failed (seed %" PRIu64 ")\n", failed, sizeof cases / sizeof cases[0],
            g_seed);
     assert_int_equal(failed, 0);
@@ -159,9 +182,36 @@ static void test_decode_a100_record(void **state)
     printf("planned for sm_80 with 166912 bytes of shared memory per block:\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         if (g_only < 0 || g_only == (long)(200 + i))
-            failed += !run_case((long)(200 + i), &cases[i], &a100);
+            failed += !run_case((long)(200 + i), &cases[i], &a100, NULL);
     printf("%ld of %zu cases failed (seed %" PRIu64 ")\n", failed, sizeof cases / sizeof cases[0],
            g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* The score variants (include/fa2.h) in the decode kernel, with and without key splits
+ * (the sink joins each row once: in the kernel's merge, or in the combine), against
+ * oracle_forward_scored: softcap alone (large and small), ALiBi with softcap, sinks
+ * alone (large ones: rows dominated by the sink), and all three; a window case where
+ * rows see few keys. */
+static void test_decode_scored(void **state)
+{
+    (void)state;
+    static const size_t picks[] = {0, 2, 4, 5, 7};
+    float slopes[64], sinks[64], big_sinks[64];
+    oracle_rng_t rng = case_rng(g_seed, 500);
+    for (int h = 0; h < 64; ++h) {
+        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.25f);
+        sinks[h] = oracle_rng_uniform(&rng, -2.0f, 4.0f);
+        big_sinks[h] = 20.0f + (float)h;
+    }
+    const oracle_score_t mods[] = {{30.0, NULL, NULL}, {1.5, slopes, NULL},
+                                   {0.0, NULL, big_sinks}, {20.0, slopes, sinks}};
+    long failed = 0, run = 0, index = 300;
+    for (size_t m = 0; m < sizeof mods / sizeof mods[0]; ++m)
+        for (size_t i = 0; i < sizeof picks / sizeof picks[0]; ++i, ++index)
+            if (g_only < 0 || g_only == index)
+                failed += !run_case(index, &cases[picks[i]], &g_info, &mods[m]), ++run;
+    printf("%ld of %ld scored cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
     assert_int_equal(failed, 0);
 }
 
@@ -351,6 +401,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_dense),
         cmocka_unit_test(test_decode_a100_record),
+        cmocka_unit_test(test_decode_scored),
         cmocka_unit_test(test_decode_varlen),
         cmocka_unit_test(test_batch_invariant),
     };

@@ -434,15 +434,15 @@ class Errors(unittest.TestCase):
         c.fa2_backward_args_init(ctypes.byref(bwd))
         self.assertEqual(fwd.struct_size, ctypes.sizeof(fa2.ForwardArgs))
         self.assertEqual(bwd.struct_size, ctypes.sizeof(fa2.BackwardArgs))
-        raw = ctypes.byref(plan.raw)
 
-        def status(run, args):
-            return run(raw, args), lib.last_error()
+        def status(run, args, plan=plan):
+            return run(ctypes.byref(plan.raw), args), lib.last_error()
         self.assertEqual(status(c.fa2_forward_with, None)[0], fa2.FA2_ERROR_NULL_POINTER)
         bad = fa2.ForwardArgs()
         code, msg = status(c.fa2_forward_with, ctypes.byref(bad))
         self.assertEqual(code, fa2.FA2_ERROR_STRUCT_SIZE)
         self.assertIn("fa2_forward_args_init", msg)
+        fwd.q = fwd.k = fwd.v = fwd.o = ALIGNED
         fwd.alibi_slopes = ALIGNED
         code, msg = status(c.fa2_forward_with, ctypes.byref(fwd))
         self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
@@ -456,7 +456,7 @@ class Errors(unittest.TestCase):
         self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
         self.assertIn("dsinks", msg)
         for field, value, cls, fragment in (
-                ("softcap", 30.0, fa2.Fa2Unsupported, "no score variant"),
+                ("softcap", 30.0, fa2.Fa2Unsupported, "only in the decode kernel"),
                 ("softcap", float("nan"), fa2.Fa2BadScale, "softcap=nan"),
                 ("softcap", -1.0, fa2.Fa2BadScale, "softcap=-1"),
                 ("alibi", 1, fa2.Fa2Unsupported, "alibi=1"),
@@ -467,6 +467,25 @@ class Errors(unittest.TestCase):
             with self.assertRaises(cls) as cm:
                 fa2.plan(p, device())
             self.assertIn(fragment, str(cm.exception), field)
+        # A decode-shaped plan takes them (forward only), and its calls need the tensors
+        # exactly when the plan has the variant.
+        decode = problem(q_shape=(2, 1, 8, 64))
+        decode.softcap, decode.alibi, decode.sinks = 30.0, 1, 1
+        plan = fa2.plan(decode, device())
+        self.assertGreaterEqual(plan.decode_splits, 1)
+        self.assertEqual((plan.bwd_supported, plan.bwd_status), (0, fa2.FA2_ERROR_UNSUPPORTED))
+        a = ALIGNED
+        self.expect(fa2.Fa2Unsupported, "fa2_forward_with", plan.forward, a, a, a, a)
+        c.fa2_forward_args_init(ctypes.byref(fwd))
+        fwd.q = fwd.k = fwd.v = fwd.o = a
+        for slopes, sinks, want, fragment in (
+                (None, a, fa2.FA2_ERROR_NULL_POINTER, "alibi_slopes is NULL"),
+                (a, None, fa2.FA2_ERROR_NULL_POINTER, "sinks is NULL"),
+                (a, a + 2, fa2.FA2_ERROR_MISALIGNED, "sinks")):
+            fwd.alibi_slopes, fwd.sinks = slopes, sinks
+            code, msg = status(c.fa2_forward_with, ctypes.byref(fwd), plan)
+            self.assertEqual(code, want, fragment)
+            self.assertIn(fragment, msg)
 
     def test_varlen_refusals_before_any_tensor(self):
         for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),

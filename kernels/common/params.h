@@ -88,9 +88,16 @@ typedef struct fa2_params_t {
                                    0: a sequence's tiles divided evenly over the splits */
     int32_t decode_stages;      /* the decode kernel's pipeline depth (compiled ones:
                                    FA2_DECODE_STAGE_COUNTS) */
+
     int64_t accum_rows;
     float *o_accum;
     float *lse_accum;
+
+    /* The score variants (include/fa2.h; the decode kernel only, so far): softcap 0 =
+       off; the per-head tensors NULL = off. */
+    float softcap;
+    const float *alibi_slopes; /* [heads_q] */
+    const float *sinks;        /* [heads_q], natural log units */
 } fa2_params_t;
 
 /* The window the kernels run: -1 (unbounded) when it reaches past every key anyway

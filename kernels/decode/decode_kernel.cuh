@@ -73,7 +73,9 @@ __device__ __forceinline__ int64_t accum_row(const fa2_params_t &p, const Sequen
                           : static_cast<int64_t>(s.batch) * p.seqlen_q + token;
 }
 
-template <typename Tr, int kMode>
+// kScored: the score variants (softcap, ALiBi, sinks; include/fa2.h) on; the scores are
+// then natural-unit logits and the softmax's scale is log2(e).
+template <typename Tr, int kMode, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -194,6 +196,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     zero(o);
     OnlineSoftmax<1> softmax;
     softmax.init();
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float score_log2 = kScored ? kLog2e : p.scale_log2;
+    // This thread's two rows (lane / 4 and + 8): their query token and ALiBi slope.
+    [[maybe_unused]] int row_token[2];
+    [[maybe_unused]] float row_slope[2] = {0.f, 0.f};
+    if constexpr (kScored) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const DecodeRow row = decode_row((lane >> 2) + 8 * h, group, kv_head);
+            row_token[h] = row.token;
+            if (p.alibi_slopes) row_slope[h] = __ldg(p.alibi_slopes + row.head);
+        }
+    }
     for (int stage = 0; t < t_end; t += Tr::kWarps) {
         // The tile kStages - 1 rounds ahead, into the stage computed last round.
         const int ahead = t + (Tr::kStages - 1) * Tr::kWarps;
@@ -210,6 +225,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         gemm_abt<Elem, Tr::kRowBytes, 1, Tr::kNTiles, Tr::kHeadDim / 16>(s, q_smem, k_buf(stage),
                                                                        lane);
         const int key_first = lo + t * Tr::kKeys;
+        if constexpr (kScored) {  // x = scale q.k, then softcap, then ALiBi
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTiles; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int h = e >> 1;
+                    const int key = key_first + nt * 8 + 2 * (lane & 3) + (e & 1);
+                    float x = s[0][nt][e] * p.softmax_scale;
+                    if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+                    const int dist = row_token[h] + seq.seqlen_k - seq.seqlen_q - key;
+                    s[0][nt][e] = x - row_slope[h] * static_cast<float>(dist < 0 ? -dist : dist);
+                }
+        }
         // Keys past the range, and a mask or window edge inside the tile (rows padded
         // past m_real compute harmless values that are never written).
         if (key_first + Tr::kKeys > hi ||
@@ -226,9 +254,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         }
         // At most 8 real rows (GQA <= 8, one token): no exponentials for rows 8-15.
         if (m_real <= 8)
-            softmax.template update<Tr::kNTiles, Tr::kDTiles, 1>(s, o, p.scale_log2);
+            softmax.template update<Tr::kNTiles, Tr::kDTiles, 1>(s, o, score_log2);
         else
-            softmax.update(s, o, p.scale_log2);
+            softmax.update(s, o, score_log2);
         gemm_pb<Elem, Tr::kRowBytes, 1, Tr::kDTiles, Tr::kKeys / 16>(o, s, v_buf(stage), lane);
         __syncwarp();  // the stage is reloaded next round
         stage = stage + 1 == Tr::kStages ? 0 : stage + 1;
@@ -246,7 +274,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         const float mx = softmax.row_max[0][h];
         if ((lane & 3) == 0) {
             merge_stat[(warp * Tr::kRows + r) * 2] =
-                mx == -INFINITY ? -INFINITY : __fmul_rn(mx, p.scale_log2);
+                mx == -INFINITY ? -INFINITY : __fmul_rn(mx, score_log2);
             merge_stat[(warp * Tr::kRows + r) * 2 + 1] = sum;
         }
 #pragma unroll
@@ -278,6 +306,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
                 const float *src = merge_o + (w * Tr::kRows + r) * Tr::kHeadDim + col;
 #pragma unroll
                 for (int e = 0; e < 8; ++e) out[e] += f * src[e];
+            }
+        }
+        if constexpr (kScored) {
+            // The sink joins the row's denominator once: here without splits, else in
+            // the combine.
+            const int head = decode_row(r, group, kv_head).head;
+            const float sink = p.sinks && splits == 1 ? __ldg(p.sinks + head) * kLog2e
+                                                      : -INFINITY;
+            if (sink != -INFINITY) {
+                const float new_top = fmaxf(top, sink);
+                const float f = top == -INFINITY ? 0.f : exp2_approx(top - new_top);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) out[e] *= f;
+                total = total * f + exp2_approx(sink - new_top);
+                top = new_top;
             }
         }
         const bool empty = top == -INFINITY || total == 0.f;

@@ -239,8 +239,9 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
                                pl->bwd_status == FA2_ERROR_OVERLAP ||
                                pl->bwd_status == FA2_ERROR_UNSUPPORTED));
-    /* a paged cache: forward only */
-    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) == (q->page_size != 0));
+    /* a paged cache, or a score variant: forward only */
+    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) ==
+          (q->page_size != 0 || q->softcap != 0.0f || q->alibi || q->sinks));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
@@ -327,6 +328,9 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_params_t *p)
     CHECK(p->stats_head_stride == (q->total_q ? q->total_q : q->seqlen_q));
     CHECK(p->page_size == q->page_size && p->num_pages == q->num_pages &&
           p->pages_per_seq == q->pages_per_seq);
+    /* the score variants: only in decode plans, no tensors through these entry points */
+    CHECK(p->softcap == q->softcap && !p->alibi_slopes && !p->sinks);
+    CHECK(!(q->softcap != 0.0f || q->alibi || q->sinks) || pl->decode_splits >= 1);
 }
 
 /* [begin, end) of a tensor, in 128-bit arithmetic (an independent model of the
@@ -412,6 +416,8 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_by
         want = FA2_ERROR_NULL_POINTER;
     else if (varlen && !paged && pages)
         want = FA2_ERROR_UNSUPPORTED; /* a page table for a plan without pages */
+    else if (pr->alibi || pr->sinks)
+        want = FA2_ERROR_UNSUPPORTED; /* their tensors go through fa2_forward_with */
     else if (misaligned(cu_q, 4) || (!paged && misaligned(cu_k, 4)) || misaligned(used, 4) ||
              misaligned(pages, 4))
         want = FA2_ERROR_MISALIGNED;

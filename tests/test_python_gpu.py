@@ -62,6 +62,31 @@ def reference(q, k, v, causal, window=(-1, -1)):
     return o.transpose(1, 2)
 
 
+def reference_scored(q, k, v, causal, softcap, slopes, sinks):
+    """The score variants of include/fa2.h in float32, written out: x = scale q.k,
+    softcap, ALiBi (bottom-right), masked, and each head's sink in the denominator."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    kf = kf.repeat_interleave(hq // hkv, dim=1)
+    vf = vf.repeat_interleave(hq // hkv, dim=1)
+    s = qf @ kf.transpose(-1, -2) / d ** 0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    if slopes is not None:
+        s = s - slopes.view(1, hq, 1, 1) * (i - j).abs()
+    if causal:
+        s = s.masked_fill(j > i, float("-inf"))
+    if sinks is not None:
+        sink = sinks.view(1, hq, 1, 1).expand(b, hq, sq, 1)
+        lse = torch.logsumexp(torch.cat([s, sink], -1), -1, keepdim=True)
+    else:
+        lse = torch.logsumexp(s, -1, keepdim=True)
+    return (torch.exp(s - lse) @ vf).transpose(1, 2)
+
+
 def rel(x, ref):
     return ((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
 
@@ -488,6 +513,30 @@ def kvcache_cases():
         ok = worst < TOL
         passed += ok
         print(f"{'PASS' if ok else 'FAIL'} {label}  worst sequence {worst:.1e}", flush=True)
+        # the score variants (decode-shaped cases: where the decode kernel runs them)
+        if hq // hkv * sq <= 16:
+            n += 1
+            slopes = torch.rand(hq, device="cuda") * 0.25
+            sinks = torch.randn(hq, device="cuda") * 2
+            try:
+                o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, table,
+                                                causal=causal, softcap=20.0,
+                                                alibi_slopes=slopes, sinks=sinks)
+                torch.cuda.synchronize()
+                worst = 0.0
+                for b, lk in enumerate(lens):
+                    keys = torch.arange(lk, device="cuda")
+                    pages = table[b][keys // page].long()
+                    ref = reference_scored(q[b:b + 1], k_cache[pages, keys % page][None],
+                                           v_cache[pages, keys % page][None], causal, 20.0,
+                                           slopes, sinks)
+                    worst = max(worst, rel(o[b:b + 1], ref))
+                ok = worst < TOL
+                passed += ok
+                print(f"{'PASS' if ok else 'FAIL'} {label} softcap+alibi+sinks  worst sequence "
+                      f"{worst:.1e}", flush=True)
+            except fa2.Fa2Error as e:
+                print(f"FAIL {label} softcap+alibi+sinks  {type(e).__name__}: {e}", flush=True)
         # check_metadata: clean, then sequence 1's first page id out of range
         n += 1
         try:

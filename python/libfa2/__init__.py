@@ -716,6 +716,26 @@ class Plan:
             _ptr(cu_seqlens_q), _ptr(cu_seqlens_k), _ptr(seqused_k), _ptr(page_table),
             _ptr(workspace), workspace_bytes, _stream(stream)), "fa2_forward_varlen")
 
+    def forward_with(self, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                     seqused_k=None, page_table=None, alibi_slopes=None, sinks=None,
+                     workspace=None, workspace_bytes=None, stream=None):
+        """fa2_forward_with: any plan's forward, with the score variants' per-head
+        tensors (float32 [heads_q], pointers or torch tensors) when the plan has them."""
+        if workspace_bytes is None:
+            workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) else 0
+        args = ForwardArgs()
+        self.lib.cdll.fa2_forward_args_init(ctypes.byref(args))
+        for name, value in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                            ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                            ("seqused_k", seqused_k), ("page_table", page_table),
+                            ("alibi_slopes", alibi_slopes), ("sinks", sinks),
+                            ("workspace", workspace)):
+            setattr(args, name, _ptr(value))
+        args.workspace_bytes = workspace_bytes
+        args.stream = _stream(stream)
+        self.lib.check(self.lib.cdll.fa2_forward_with(ctypes.byref(self.raw), ctypes.byref(args)),
+                       "fa2_forward_with")
+
     def varlen_check(self, workspace, workspace_bytes=None):
         """fa2_varlen_check: the metadata checks the last forward_varlen with this plan
         and workspace wrote (synchronous: call once that work has finished). Returns
@@ -1313,26 +1333,27 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                             softmax_scale=None, causal=False, window_size=(-1, -1),
                             softcap=0.0, alibi_slopes=None, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, return_softmax_lse=False, *,
-                            check_metadata=False, num_splits=0):
+                            check_metadata=False, num_splits=0, sinks=None):
     """Attention over a paged KV cache in the shape of flash_attn.flash_attn_with_kvcache
     (forward only): q [batch, seqlen_q, heads_q, d]; k_cache / v_cache [num_pages,
     page_size, heads_kv, d] (any page size); cache_seqlens int32 [batch], each sequence's
     key count; block_table int32 [batch, pages_per_seq], each sequence's pages in order.
     Causal masks and windows are bottom-right aligned (decode: the query rows are the
     last of each sequence). Returns o like q (and the LSE float32 [heads_q, batch *
-    seqlen_q] with return_softmax_lse). Writing new keys into the cache (k, v), rotary
-    embeddings, softcap and ALiBi are refused. The library checks cache_seqlens and the
+    seqlen_q] with return_softmax_lse). softcap (0 = off), alibi_slopes and sinks
+    (float32 [heads_q] on q's device; sinks: one softmax logit per query head with no
+    value) as include/fa2.h defines them; so far only where the decode kernel runs (query
+    heads per kv head x seqlen_q <= 16), else Fa2Unsupported. Writing new keys into the
+    cache (k, v) and rotary embeddings are refused. The library checks cache_seqlens and the
     page ids on the GPU and skips a sequence that fails (its rows of o are not written);
     check_metadata=True waits for the call and raises Fa2BadMetadata naming the first
     such sequence (a host synchronisation: not for CUDA graphs). num_splits: as
     flash-attn's, 0 lets the planner split each sequence's keys (up to MAX_SPLITS) when
     the decode kernel runs; 1 never splits."""
     for name, arg in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
-                      ("rotary_sin", rotary_sin), ("alibi_slopes", alibi_slopes)):
+                      ("rotary_sin", rotary_sin)):
         if arg is not None:
             raise Fa2ShapeError(f"flash_attn_with_kvcache: {name} is not supported (use None)")
-    if softcap:
-        raise Fa2ShapeError(f"flash_attn_with_kvcache: softcap={softcap!r} is not supported")
     torch = _torch()
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise Fa2ShapeError("q: expected a 4-dim tensor [batch, seqlen_q, heads, head_dim]")
@@ -1347,6 +1368,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                                              q.shape[3])
     _check_tensors(q3.unsqueeze(0), k_cache, v_cache)
     _check_offsets("cache_seqlens", cache_seqlens, batch, q.device)
+    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or
+                              tuple(t.shape) != (q.shape[2],) or not t.is_contiguous() or
+                              t.device != q.device):
+            raise Fa2ShapeError(f"{name}: expected a contiguous float32 tensor [heads_q = "
+                                f"{q.shape[2]}] on q's device")
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or \
             block_table.dim() != 2 or block_table.shape[0] != batch or \
             not block_table.is_contiguous() or block_table.device != q.device:
@@ -1359,7 +1386,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     max_splits = MAX_SPLITS if int(num_splits) == 0 else int(num_splits)
     key = ("paged", q.device.index, str(q.dtype), tuple(q3.shape), tuple(k_cache.shape),
            k_cache.stride(), v_cache.stride(), pages_per_seq, bool(causal),
-           tuple(window_size), softmax_scale, max_splits)
+           tuple(window_size), softmax_scale, max_splits, float(softcap),
+           alibi_slopes is not None, sinks is not None)
     p = _plan_cache.get(key)
     if p is None:
         lib = library()
@@ -1371,6 +1399,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                    v_cache.stride(0)),
             causal=causal, window=window_size, softmax_scale=softmax_scale, lib=lib)
         problem.max_splits = max_splits  # the decode kernel may split the keys
+        problem.softcap = float(softcap)
+        problem.alibi, problem.sinks = int(alibi_slopes is not None), int(sinks is not None)
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:
@@ -1381,8 +1411,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
         if return_softmax_lse else None
     workspace = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=q.device)
     with torch.cuda.device(q.device):
-        p.forward_varlen(q3, k_cache, v_cache, o, cu_q, None, lse, cache_seqlens, block_table,
-                         workspace=workspace, stream=torch.cuda.current_stream(q.device))
+        p.forward_with(q3, k_cache, v_cache, o, lse, cu_q, None, cache_seqlens, block_table,
+                       alibi_slopes, sinks, workspace=workspace,
+                       stream=torch.cuda.current_stream(q.device))
         if check_metadata:
             torch.cuda.current_stream(q.device).synchronize()
             p.varlen_check(workspace)

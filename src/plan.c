@@ -218,14 +218,6 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
             tile.head_dim_bucket,
             fa2_decode_stages(tile.head_dim_bucket, device->smem_per_block_optin));
     }
-    /* The score variants run in the decode kernel only, forward only, so far. */
-    const int scored = problem->softcap != 0.0f || problem->alibi || problem->sinks;
-    if (scored && !out.decode_splits)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "softcap=%g alibi=%d sinks=%d: the score variants run only in the "
-                        "decode kernel in this version (query heads per kv head x query "
-                        "tokens <= 16, head-dim buckets 64, 128, 256)",
-                        (double)problem->softcap, (int)problem->alibi, (int)problem->sinks);
     fa2_fwd_workspace_t fws;
     if (!fa2_fwd_workspace_layout(problem, out.decode_splits, &fws))
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW, "the forward's workspace overflows int64");

@@ -455,10 +455,8 @@ class Errors(unittest.TestCase):
         self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
         self.assertIn("dsinks", msg)
         for field, value, cls, fragment in (
-                ("softcap", 30.0, fa2.Fa2Unsupported, "only in the decode kernel"),
                 ("softcap", float("nan"), fa2.Fa2BadScale, "softcap=nan"),
                 ("softcap", -1.0, fa2.Fa2BadScale, "softcap=-1"),
-                ("alibi", 1, fa2.Fa2Unsupported, "alibi=1"),
                 ("sinks", 2, fa2.Fa2InvalidSize, "sinks=2"),
                 ("reserved3", 1, fa2.Fa2Reserved, "reserved3=1")):
             p = problem()
@@ -466,13 +464,15 @@ class Errors(unittest.TestCase):
             with self.assertRaises(cls) as cm:
                 fa2.plan(p, device())
             self.assertIn(fragment, str(cm.exception), field)
-        # A decode-shaped plan takes them (forward only), and its calls need the tensors
-        # exactly when the plan has the variant.
-        decode = problem(q_shape=(2, 1, 8, 64))
-        decode.softcap, decode.alibi, decode.sinks = 30.0, 1, 1
-        plan = fa2.plan(decode, device())
+        # Prefill and decode plans take them (forward only), and their calls need the
+        # tensors exactly when the plan has the variant.
+        for shape in ((2, 256, 8, 64), (2, 1, 8, 64)):
+            scored = problem(q_shape=shape)
+            scored.softcap, scored.alibi, scored.sinks = 30.0, 1, 1
+            plan = fa2.plan(scored, device())
+            self.assertEqual((plan.bwd_supported, plan.bwd_status),
+                             (0, fa2.FA2_ERROR_UNSUPPORTED))
         self.assertGreaterEqual(plan.decode_splits, 1)
-        self.assertEqual((plan.bwd_supported, plan.bwd_status), (0, fa2.FA2_ERROR_UNSUPPORTED))
         a = ALIGNED
         self.expect(fa2.Fa2Unsupported, "fa2_forward_with", plan.forward, a, a, a, a)
         c.fa2_forward_args_init(ctypes.byref(fwd))

@@ -11,8 +11,6 @@
 
 namespace fa2 {
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 // neg_lse_log2(n, e): c of element (n, e); visible(n, e): whether its key is visible.
 template <int kN, typename NegLseLog2, typename Visible>
 __device__ __forceinline__ void exp_scores(float (&acc)[kN][4], float scale_log2, bool masked,

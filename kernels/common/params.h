@@ -93,7 +93,7 @@ typedef struct fa2_params_t {
     float *o_accum;
     float *lse_accum;
 
-    /* The score variants (include/fa2.h; the decode kernel only, so far): softcap 0 =
+    /* The score variants (include/fa2.h; forward kernels only, so far): softcap 0 =
        off; the per-head tensors NULL = off. */
     float softcap;
     const float *alibi_slopes; /* [heads_q] */

@@ -83,6 +83,8 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+constexpr float kLog2e = 1.4426950408889634f;  // log2(e): natural to base-2 exponents
+
 // 2^x on the special-function unit; exp2(-inf) = +0.
 __device__ __forceinline__ float exp2_approx(float x)
 {

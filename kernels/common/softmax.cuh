@@ -106,6 +106,35 @@ struct OnlineSoftmax {
             }
         }
     }
+
+    // finish() with one more term in each row's denominator, a sink logit of
+    // sink_log2 (log2 units, the scores' scale applied; -inf: none) that has no value:
+    // inv_sum then also carries the rescale of O from the row's max to the new one.
+    __device__ __forceinline__ void finish_with_sink(float scale_log2, float sink_log2,
+                                                     float (&inv_sum)[kMTiles][2],
+                                                     float (&lse)[kMTiles][2])
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float sum = quad_sum(row_sum[mt][h]);
+                const float m = row_max[mt][h] == -INFINITY
+                                    ? -INFINITY
+                                    : __fmul_rn(row_max[mt][h], scale_log2);
+                const float top = fmaxf(m, sink_log2);
+                if (top == -INFINITY || (sum == 0.f && sink_log2 == -INFINITY)) {
+                    inv_sum[mt][h] = 0.f;
+                    lse[mt][h] = -INFINITY;
+                    continue;
+                }
+                const float f = m == -INFINITY ? 0.f : exp2_approx(m - top);
+                const float total = sum * f + exp2_approx(sink_log2 - top);
+                inv_sum[mt][h] = f / total;
+                lse[mt][h] = (top + log2f(total)) * 0.6931471805599453f; /* ln 2 */
+            }
+        }
+    }
 };
 
 }  // namespace fa2

@@ -16,6 +16,7 @@
 #include "common/grid_dependency.cuh"
 #include "common/mask.cuh"
 #include "common/paged_tile.cuh"
+#include "common/score_variants.cuh"
 #include "common/params.h"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
@@ -196,7 +197,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     zero(o);
     OnlineSoftmax<1> softmax;
     softmax.init();
-    constexpr float kLog2e = 1.4426950408889634f;
     const float score_log2 = kScored ? kLog2e : p.scale_log2;
     // This thread's two rows (lane / 4 and + 8): their query token and ALiBi slope.
     [[maybe_unused]] int row_token[2];

@@ -10,6 +10,7 @@
 #include "common/epilogue.cuh"
 #include "common/mask.cuh"
 #include "common/paged_tile.cuh"
+#include "common/score_variants.cuh"
 #include "common/params.h"
 #include "sm80/fwd_traits.cuh"
 #include "common/ptx.cuh"
@@ -55,7 +56,8 @@ __device__ __forceinline__ int fetch_kv_page(const fa2_params_t &p, const Sequen
 }
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
-template <typename Tr, int kMode>
+// kScored: the score variants (common/score_variants.cuh) on.
+template <typename Tr, int kMode, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -76,6 +78,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     zero(o);
     OnlineSoftmax<Tr::kMTiles> softmax;
     softmax.init();
+    [[maybe_unused]] ScoreVariants variants{};
+    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
 
     if (n_block_end > n_block_min) {
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(
@@ -128,9 +132,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
             zero(s);
             gemm_abt<Elem, Tr::kRowBytes, Tr::kMTiles, Tr::kNTiles, Tr::kHeadDim / 16>(
                 s, q_smem + warp * Tr::kRowsPerWarp * Tr::kRowBytes, k_smem[it & 1], lane);
+            if constexpr (kScored)
+                apply_score_variants<Tr>(s, variants, row_first + warp * Tr::kRowsPerWarp,
+                                         key_first, lane);
             if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
                 apply_mask<Tr>(s, win, row_first + warp * Tr::kRowsPerWarp, key_first, lane);
-            softmax.update(s, o, p.scale_log2);
+            if constexpr (kScored)
+                softmax.update(s, o, kLog2e);
+            else
+                softmax.update(s, o, p.scale_log2);
 
             if (prefetch)
                 cp_async_wait<1>();  // V(n_block); K(n_block - 1) may still fly
@@ -146,7 +156,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     }
 
     float inv_sum[Tr::kMTiles][2], lse[Tr::kMTiles][2];
-    softmax.finish(p.scale_log2, inv_sum, lse);
+    if constexpr (kScored)
+        softmax.finish_with_sink(kLog2e, sink_log2(p, head), inv_sum, lse);
+    else
+        softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * Tr::kRowsPerWarp;
     store_o_lse<Elem>(p, seq, head, warp_row0, o, inv_sum, lse, lane);

@@ -11,6 +11,7 @@
 #include "common/epilogue.cuh"
 #include "common/mask.cuh"
 #include "common/paged_tile.cuh"
+#include "common/score_variants.cuh"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
 #include "common/softmax.cuh"
@@ -55,7 +56,8 @@ struct FwdSm90Traits {
 };
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
-template <typename Tr, int kMode>
+// kScored: the score variants (common/score_variants.cuh) on.
+template <typename Tr, int kMode, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -111,6 +113,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     zero(o);
     OnlineSoftmax<1> softmax;
     softmax.init();
+    [[maybe_unused]] ScoreVariants variants{};
+    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
 
     if (n_block_end > n_block_min) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
@@ -156,9 +160,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             wgmma_wait<0>();
             reg_fence(s[0]);
 
+            if constexpr (kScored)
+                apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first, lane);
             if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
                 apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
-            softmax.update(s, o, p.scale_log2);
+            if constexpr (kScored)
+                softmax.update(s, o, kLog2e);
+            else
+                softmax.update(s, o, p.scale_log2);
             uint32_t pa[Tr::kBlockN / 16][4];
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
@@ -183,7 +192,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     }
 
     float inv_sum[1][2], lse[1][2];
-    softmax.finish(p.scale_log2, inv_sum, lse);
+    if constexpr (kScored)
+        softmax.finish_with_sink(kLog2e, sink_log2(p, head), inv_sum, lse);
+    else
+        softmax.finish(p.scale_log2, inv_sum, lse);
 
     const int warp_row0 = row_first + warp * 16;
     store_o_lse<Elem>(p, seq, head, warp_row0, o, inv_sum, lse, lane);

@@ -16,9 +16,13 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
-    const auto kernel = p.page_table    ? fwd_sm90_kernel<Tr, kPagedSeq>
-                        : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq>
-                                         : fwd_sm90_kernel<Tr, kDenseSeq>;
+    const bool scored = p.softcap != 0.f || p.alibi_slopes || p.sinks;
+    const auto kernel = scored ? (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, true>
+                                  : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq, true>
+                                                   : fwd_sm90_kernel<Tr, kDenseSeq, true>)
+                               : (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, false>
+                                  : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq, false>
+                                                   : fwd_sm90_kernel<Tr, kDenseSeq, false>);
     return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 

@@ -328,9 +328,8 @@ static void check_fwd_params(const fa2_plan_t *pl, const fa2_params_t *p)
     CHECK(p->stats_head_stride == (q->total_q ? q->total_q : q->seqlen_q));
     CHECK(p->page_size == q->page_size && p->num_pages == q->num_pages &&
           p->pages_per_seq == q->pages_per_seq);
-    /* the score variants: only in decode plans, no tensors through these entry points */
+    /* the score variants: no tensors through these entry points */
     CHECK(p->softcap == q->softcap && !p->alibi_slopes && !p->sinks);
-    CHECK(!(q->softcap != 0.0f || q->alibi || q->sinks) || pl->decode_splits >= 1);
 }
 
 /* [begin, end) of a tensor, in 128-bit arithmetic (an independent model of the

@@ -415,11 +415,11 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_by
         want = FA2_ERROR_NULL_POINTER;
     else if (varlen && !paged && pages)
         want = FA2_ERROR_UNSUPPORTED; /* a page table for a plan without pages */
-    else if (pr->alibi || pr->sinks)
-        want = FA2_ERROR_UNSUPPORTED; /* their tensors go through fa2_forward_with */
     else if (misaligned(cu_q, 4) || (!paged && misaligned(cu_k, 4)) || misaligned(used, 4) ||
              misaligned(pages, 4))
         want = FA2_ERROR_MISALIGNED;
+    else if (pr->alibi || pr->sinks)
+        want = FA2_ERROR_UNSUPPORTED; /* their tensors go through fa2_forward_with */
     else if (misaligned(q, 16) || misaligned(k, 16) || misaligned(v, 16) ||
              misaligned(o, 16) || misaligned(lse, 4))
         want = FA2_ERROR_MISALIGNED;

@@ -59,6 +59,8 @@ typedef struct varlen_case_t {
     int64_t slack;             /* planned maxima this much above the longest sequence */
     int skipped;               /* index of a sequence past the planned query maximum, or -1 */
     int consumer;              /* plan for a 99 KiB sm_89 device */
+    int scored;                /* the score variants on: softcap 10, ALiBi, sinks (forward
+                                  only: no backward check) */
 } varlen_case_t;
 
 static uint64_t g_seed;
@@ -114,16 +116,27 @@ static int records_ok(const fa2_plan_t *plan, const void *ws, int bad, int32_t w
     return wrong == 0 && agrees;
 }
 
-/* fa2_forward_varlen, then O and the LSE back to the host (ob: nq elements, lse: n_lse).
- * 0 (and a FAIL line) when the call is refused. */
+/* fa2_forward_varlen (fa2_forward_with when the score variants' slopes or sinks are
+ * given), then O and the LSE back to the host (ob: nq elements, lse: n_lse). 0 (and a
+ * FAIL line) when the call is refused. */
 static int forward_and_download(const fa2_plan_t *plan, const void *dq, const void *dk,
                                 const void *dv, void *d_o, float *dlse, const int32_t *dcu_q,
                                 const int32_t *dcu_k, const int32_t *dused,
-                                const int32_t *dtable, void *ws, uint16_t *ob, float *lse,
-                                int64_t nq, int64_t n_lse)
+                                const int32_t *dtable, void *ws, const float *dslopes,
+                                const float *dsinks, uint16_t *ob, float *lse, int64_t nq,
+                                int64_t n_lse)
 {
-    const fa2_status_t st = fa2_forward_varlen(plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k, dused,
-                                               dtable, ws, (size_t)plan->workspace_bytes, NULL);
+    fa2_forward_args_t a;
+    fa2_forward_args_init(&a);
+    a.q = dq, a.k = dk, a.v = dv, a.o = d_o, a.lse = dlse;
+    a.cu_seqlens_q = dcu_q, a.cu_seqlens_k = dcu_k, a.seqused_k = dused, a.page_table = dtable;
+    a.alibi_slopes = dslopes, a.sinks = dsinks;
+    a.workspace = ws, a.workspace_bytes = (size_t)plan->workspace_bytes;
+    const fa2_status_t st =
+        dslopes || dsinks
+            ? fa2_forward_with(plan, &a)
+            : fa2_forward_varlen(plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k, dused, dtable, ws,
+                                 (size_t)plan->workspace_bytes, NULL);
     if (st != FA2_SUCCESS) {
         printf(" : fa2_forward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
                fa2_last_error());
@@ -282,10 +295,13 @@ static int run_case(long index, const varlen_case_t *c)
     p.causal = c->causal;
     p.window_left = c->window_left;
     p.window_right = c->window_right;
+    if (c->scored)
+        p.softcap = 10.0f, p.alibi = 1, p.sinks = 1;
     const fa2_device_info_t device = c->consumer ? consumer_device_info(&g_info) : g_info;
-    printf("case %ld: %s %s %d seqs hq=%" PRId64 " hkv=%" PRId64 " d=%" PRId64 "%s", index,
+    printf("case %ld: %s %s %d seqs hq=%" PRId64 " hkv=%" PRId64 " d=%" PRId64 "%s%s", index,
            c->name, c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", n, hq, hkv, d,
-           c->consumer ? " (planned for 99 KiB)" : "");
+           c->consumer ? " (planned for 99 KiB)" : "",
+           c->scored ? " softcap=10 alibi sinks" : "");
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, &device, &plan);
     if (st != FA2_SUCCESS) {
@@ -307,16 +323,26 @@ static int run_case(long index, const varlen_case_t *c)
     fill_rounded(qv, qb, nq, &rng, c->dtype);
     fill_rounded(kv, kb, nk, &rng, c->dtype);
     fill_rounded(vv, vb, nk, &rng, c->dtype);
+    float slopes[16], sinks[16];
+    assert_true(hq <= 16);
+    for (int64_t h = 0; h < hq; ++h) {
+        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
+    }
+    const oracle_score_t mod = {10.0, slopes, sinks};
 
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
          *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
+    float *dslopes = c->scored ? device_buffer(slopes, sizeof slopes) : NULL,
+          *dsinks = c->scored ? device_buffer(sinks, sizeof sinks) : NULL;
     float *dlse = device_buffer(NULL, sizeof(float) * (size_t)n_lse);
     int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dcu_k = device_buffer(cu_k, sizeof cu_k),
             *dused = device_buffer(used, sizeof used);
     void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     int pass = 0;
     if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, dcu_k,
-                              c->extra_k ? dused : NULL, NULL, ws, ob, lse, nq, n_lse))
+                              c->extra_k ? dused : NULL, NULL, ws, dslopes, dsinks, ob, lse, nq,
+                              n_lse))
         goto cleanup;
 
     /* Per sequence: the oracle on that sequence alone; O gathered into packed order. */
@@ -332,8 +358,10 @@ static int run_case(long index, const varlen_case_t *c)
         one.window_left = c->window_left;
         one.window_right = c->window_right;
         if (!skip) {
-            assert_int_equal(oracle_forward(&one, qv + q0 * hq * d, kv + k0 * hkv * d,
-                                            vv + k0 * hkv * d, want + q0 * hq * d, want_lse),
+            assert_int_equal(oracle_forward_scored(&one, c->scored ? &mod : NULL,
+                                                   qv + q0 * hq * d, kv + k0 * hkv * d,
+                                                   vv + k0 * hkv * d, want + q0 * hq * d,
+                                                   want_lse),
                              0);
             assert_int_equal(oracle_forward_rounded(&one, qv + q0 * hq * d, kv + k0 * hkv * d,
                                                     vv + k0 * hkv * d, ref + q0 * hq * d),
@@ -375,7 +403,9 @@ static int run_case(long index, const varlen_case_t *c)
         }
     const double err = oracle_rel_l2(got, want, (size_t)nq);
     const double ref_err = oracle_rel_l2(ref, want, (size_t)nq);
-    const double bound = fmax(2.0 * ref_err, c->dtype == FA2_DTYPE_BF16 ? FLOOR_BF16 : FLOOR_FP16);
+    /* (the same-precision reference has no score variants: their cases, the floor) */
+    const double bound = fmax(c->scored ? 0.0 : 2.0 * ref_err,
+                              c->dtype == FA2_DTYPE_BF16 ? FLOOR_BF16 : FLOOR_FP16);
     const int records = records_ok(&plan, ws, c->skipped, FA2_VARLEN_SEQLEN_Q);
     pass = err <= bound && nonfinite == 0 && masked_nonzero == 0 && poison_lost == 0 &&
            lse_bad == 0 && records;
@@ -383,7 +413,7 @@ static int run_case(long index, const varlen_case_t *c)
            " written_outside=%" PRId64 " lse_bad=%" PRId64 " %s\n",
            err, ref_err, bound, nonfinite, masked_nonzero, poison_lost, lse_bad,
            pass ? "PASS" : "FAIL");
-    if (pass) {
+    if (pass && plan.bwd_supported) {
         const packed_t b = {c, cu_q, cu_k, total_q, total_k, qv, kv, vv, dq, dk, dv, d_o,
                             dlse, dcu_q, dcu_k, dused};
         pass = check_backward(&b, &plan, 0) & check_backward(&b, &plan, 1);
@@ -392,7 +422,7 @@ static int run_case(long index, const varlen_case_t *c)
 cleanup:
     fflush(stdout);
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse), cudaFree(ws);
-    cudaFree(dcu_q), cudaFree(dcu_k), cudaFree(dused);
+    cudaFree(dcu_q), cudaFree(dcu_k), cudaFree(dused), cudaFree(dslopes), cudaFree(dsinks);
     free(qv), free(kv), free(vv), free(lse), free(qb), free(kb), free(vb), free(ob);
     free(want), free(ref), free(got), free(want_lse);
     return pass;
@@ -402,21 +432,25 @@ cleanup:
 #define BF16 FA2_DTYPE_BF16
 
 /* name, dtype, hq, hkv, d, causal, left, right, n, len_q, len_k, extra_k, slack,
- * skipped, consumer */
+ * skipped, consumer, scored */
 static const varlen_case_t cases[] = {
     {"mixed lengths causal GQA", BF16, 4, 2, 128, 1, -1, -1, 7,
-     {1, 17, 0, 300, 1000, 5, 64}, {1, 17, 0, 300, 1000, 200, 64}, 0, 16, -1, 0},
+     {1, 17, 0, 300, 1000, 5, 64}, {1, 17, 0, 300, 1000, 200, 64}, 0, 16, -1, 0, 0},
     {"mixed lengths causal GQA", BF16, 4, 2, 128, 1, -1, -1, 7,
-     {1, 17, 0, 300, 1000, 5, 64}, {1, 17, 0, 300, 1000, 200, 64}, 0, 16, -1, 1},
+     {1, 17, 0, 300, 1000, 5, 64}, {1, 17, 0, 300, 1000, 200, 64}, 0, 16, -1, 1, 0},
     {"q > k, seqused_k", FP16, 2, 2, 64, 0, -1, -1, 4,
-     {100, 1, 250, 33}, {37, 500, 250, 0}, 13, 0, -1, 0},
-    {"MQA window", BF16, 8, 1, 256, 1, 32, -1, 3, {129, 64, 2}, {129, 300, 2}, 0, 7, -1, 0},
+     {100, 1, 250, 33}, {37, 500, 250, 0}, 13, 0, -1, 0, 0},
+    {"MQA window", BF16, 8, 1, 256, 1, 32, -1, 3, {129, 64, 2}, {129, 300, 2}, 0, 7, -1, 0, 0},
     {"d 96 chunked prefill", FP16, 3, 3, 96, 1, -1, -1, 8,
-     {1, 1, 1, 40, 130, 0, 1, 77}, {900, 45, 1, 40, 260, 0, 2, 77}, 0, 0, -1, 0},
+     {1, 1, 1, 40, 130, 0, 1, 77}, {900, 45, 1, 40, 260, 0, 2, 77}, 0, 0, -1, 0, 0},
     {"d 32 windows", BF16, 2, 1, 32, 0, 20, 10, 5, {16, 64, 65, 1, 200},
-     {16, 64, 65, 1, 180}, 0, 100, -1, 0},
+     {16, 64, 65, 1, 180}, 0, 100, -1, 0, 0},
     {"padding and a skipped sequence", BF16, 4, 4, 64, 1, -1, -1, 6,
-     {50, 0, 400, 0, 0, 20}, {50, 0, 400, 0, 0, 20}, 0, 0, 2, 0},
+     {50, 0, 400, 0, 0, 20}, {50, 0, 400, 0, 0, 20}, 0, 0, 2, 0, 0},
+    {"score variants, mixed lengths", BF16, 4, 2, 128, 1, -1, -1, 7,
+     {1, 17, 0, 300, 1000, 5, 64}, {1, 17, 0, 300, 1000, 200, 64}, 0, 16, -1, 0, 1},
+    {"score variants, q > k, 99 KiB", FP16, 2, 2, 64, 1, -1, -1, 4,
+     {100, 1, 250, 33}, {37, 500, 250, 1}, 0, 0, -1, 1, 1},
 };
 
 /* ---- the accepted limits: total_q, total_k = 2^31 - 1 --------------------------------- */
@@ -868,8 +902,8 @@ static int run_paged_case(long index, const paged_case_t *c)
             *dtable = device_buffer(table, sizeof(int32_t) * (size_t)(n * pages_per_seq));
     void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     int pass = 0;
-    if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws, ob,
-                              lse, nq, n_lse))
+    if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws,
+                              NULL, NULL, ob, lse, nq, n_lse))
         goto cleanup;
     int64_t nonfinite = 0, poison_lost = 0, lse_bad = 0;
     for (int b = 0; b < n; ++b) {

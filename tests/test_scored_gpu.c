@@ -5,7 +5,8 @@
  * lengths (rows that see no key: O = 0, LSE = the sink), through fa2_forward_with. O's
  * relative L2 error within 1e-2 (bf16) / 2e-3 (fp16), the LSE within 1e-3; O poisoned
  * first, so an unwritten element fails. The decode kernel's variants are in
- * test_decode_gpu; packed and paged batches with the variants are not tested yet.
+ * test_decode_gpu, two packed batches with them in test_varlen_gpu; paged prefill with
+ * the variants is not tested yet.
  *
  * FA2_TEST_SEED=<seed> replays a run, FA2_TEST_CASE=<n> runs case n alone. Without a
  * CUDA device: exit 77 (skipped). */

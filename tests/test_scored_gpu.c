@@ -34,27 +34,6 @@ static long g_only = -1;
 #define BF16 FA2_DTYPE_BF16
 #define FP16 FA2_DTYPE_FP16
 
-static void *device_copy(const void *host, size_t bytes)
-{
-    void *dev = NULL;
-    assert_int_equal(cudaMalloc(&dev, bytes > 0 ? bytes : 1), cudaSuccess);
-    if (host)
-        assert_int_equal(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    else
-        assert_int_equal(cudaMemset(dev, 0xFF, bytes > 0 ? bytes : 1), cudaSuccess);
-    return dev;
-}
-
-/* n values uniform in [-1, 1] rounded to the dtype: floats for the oracle, bits for
- * the GPU. */
-static void fill(float *vals, uint16_t *bits, int64_t n, oracle_rng_t *rng, fa2_dtype_t dt)
-{
-    for (int64_t i = 0; i < n; ++i) {
-        vals[i] = oracle_round(oracle_rng_uniform(rng, -1.0f, 1.0f), dt);
-        bits[i] = oracle_bits_from_float(vals[i], dt);
-    }
-}
-
 /* The variants of one case: softcap, and whether slopes / sinks are passed. */
 typedef struct variants_t {
     float softcap;
@@ -96,21 +75,21 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
     assert_true(qv && kv && vv && lse && qb && kb && vb && ob && want && got && want_lse);
     assert_true(hq <= 64);
     oracle_rng_t rng = case_rng(g_seed, index);
-    fill(qv, qb, nq, &rng, dt);
-    fill(kv, kb, nk, &rng, dt);
-    fill(vv, vb, nk, &rng, dt);
+    fill_rounded(qv, qb, nq, &rng, dt);
+    fill_rounded(kv, kb, nk, &rng, dt);
+    fill_rounded(vv, vb, nk, &rng, dt);
     for (int64_t h = 0; h < hq; ++h) {
         slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
         sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
     }
     const oracle_score_t mod = {var.softcap, var.alibi ? slopes : NULL,
                                 var.sinks ? sinks : NULL};
-    void *dq = device_copy(qb, 2 * (size_t)nq), *dk = device_copy(kb, 2 * (size_t)nk),
-         *dv = device_copy(vb, 2 * (size_t)nk), *d_o = device_copy(NULL, 2 * (size_t)nq),
-         *ws = device_copy(NULL, (size_t)plan.workspace_bytes);
-    float *dlse = device_copy(NULL, sizeof(float) * (size_t)nl),
-          *dslopes = device_copy(slopes, sizeof(float) * (size_t)hq),
-          *dsinks = device_copy(sinks, sizeof(float) * (size_t)hq);
+    void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
+         *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq),
+         *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+    float *dlse = device_buffer(NULL, sizeof(float) * (size_t)nl),
+          *dslopes = device_buffer(slopes, sizeof(float) * (size_t)hq),
+          *dsinks = device_buffer(sinks, sizeof(float) * (size_t)hq);
     fa2_forward_args_t args;
     fa2_forward_args_init(&args);
     args.q = dq, args.k = dk, args.v = dv, args.o = d_o, args.lse = dlse;

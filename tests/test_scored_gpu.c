@@ -156,6 +156,23 @@ static void test_scored_dense(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* softcap at the ends of its accepted range: FA2_MAX_SOFTCAP (tanh(x / cap) * cap = x
+ * to fp32 rounding) and a tiny positive one (every score +-cap: a near-uniform row),
+ * with ALiBi and sinks, causal, both kernel families (d = 128 here, d = 96 the
+ * mma.sync kernels). */
+static void test_scored_limits(void **state)
+{
+    (void)state;
+    static const float caps[] = {FA2_MAX_SOFTCAP, 1e-30f};
+    long index = 500, failed = 0;
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
+        for (int64_t d = 96; d <= 128; d += 32, ++index)
+            if (g_only < 0 || g_only == index)
+                failed += !run_dense(index, BF16, 1, 257, 300, 4, 2, d, 1, -1,
+                                     (variants_t){caps[ci], 1, 1}, &g_info);
+    assert_int_equal(failed, 0);
+}
+
 int main(void)
 {
     const int setup = gpu_test_setup("scored", &g_info, &g_seed, &g_only);
@@ -163,6 +180,7 @@ int main(void)
         return setup;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scored_dense),
+        cmocka_unit_test(test_scored_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

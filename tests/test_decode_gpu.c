@@ -5,8 +5,9 @@
  * windows, with and without key splits (plan->decode_splits checked: the decode kernel
  * runs, and splits where the case asks for them), planned for this device and again
  * for an A100's record (the two-stage pipeline). Split and unsplit runs of one problem
- * agree to within a bf16 rounding. Then packed and paged batches of decode rows with
- * splits (pages of 16 and 64), sequence by sequence, an empty sequence included. Then
+ * agree to within a bf16 rounding; FA2_MAX_SEQLEN keys in FA2_MAX_SPLITS splits. Then
+ * packed and paged batches of decode rows with splits (pages of 16 and 64), sequence by
+ * sequence, an empty sequence included. Then
  * batch-invariant mode: a sequence's step alone and inside a larger batch,
  * bit-identical. O and the LSE are poisoned first; rows outside the sequences must stay
  * so. Bounds as the forward tests: O's relative L2 error within max(2 x a
@@ -413,6 +414,66 @@ static void test_split_agrees(void **state)
     assert_true(pass);
 }
 
+/* The decode kernel at its accepted extremes: seqlen_k = FA2_MAX_SEQLEN keys with
+ * max_splits = FA2_MAX_SPLITS, in batch-invariant mode (exactly FA2_MAX_SPLITS splits)
+ * and in the default mode (the planner's count, keys split unevenly). K and V are one
+ * row repeated (sequence stride 0), so every score of a row is the same: O = v and
+ * LSE = scale q.k + ln(keys), exactly computable; a split that dropped or repeated keys
+ * moves the LSE. */
+static void test_decode_limits(void **state)
+{
+    (void)state;
+    const int64_t sk = FA2_MAX_SEQLEN, hq = 8, d = 128;
+    float qv[8 * 128], kv[128], vv[128], lse[8];
+    uint16_t qb[8 * 128], kb[128], vb[128], ob[8 * 128];
+    oracle_rng_t rng = case_rng(g_seed, 600);
+    fill_rounded(qv, qb, hq * d, &rng, BF16);
+    fill_rounded(kv, kb, d, &rng, BF16);
+    fill_rounded(vv, vb, d, &rng, BF16);
+    long failed = 0;
+    for (int invariant = 1; invariant >= 0; --invariant) {
+        fa2_problem_t p;
+        fa2_problem_init(&p, BF16, 1, 1, sk, hq, 1, d);
+        p.k_batch_stride = p.k_seq_stride = p.v_batch_stride = p.v_seq_stride = 0;
+        p.causal = 1;
+        p.max_splits = FA2_MAX_SPLITS;
+        p.batch_invariant = invariant;
+        fa2_plan_t plan;
+        assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+        void *dq = device_buffer(qb, sizeof qb), *dk = device_buffer(kb, sizeof kb),
+             *dv = device_buffer(vb, sizeof vb), *d_o = device_buffer(NULL, sizeof ob),
+             *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+        float *dlse = device_buffer(NULL, sizeof lse);
+        const fa2_status_t st = fa2_forward(&plan, dq, dk, dv, d_o, dlse, ws,
+                                            (size_t)plan.workspace_bytes, NULL);
+        assert_int_equal(st, FA2_SUCCESS);
+        assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+        assert_int_equal(cudaMemcpy(ob, d_o, sizeof ob, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_int_equal(cudaMemcpy(lse, dlse, sizeof lse, cudaMemcpyDeviceToHost), cudaSuccess);
+        cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(ws), cudaFree(dlse);
+        int64_t o_bad = 0, lse_bad = 0;
+        for (int64_t h = 0; h < hq; ++h) {
+            double s = 0.0;
+            for (int64_t x = 0; x < d; ++x)
+                s += (double)qv[h * d + x] * (double)kv[x];
+            const double want = s / sqrt((double)d) + log((double)sk);
+            lse_bad += !(fabs(lse[h] - want) <= 1e-3 * fmax(1.0, fabs(want)));
+            for (int64_t x = 0; x < d; ++x) /* v, to a bf16 rounding */
+                o_bad += !(fabs(oracle_float_from_bits(ob[h * d + x], BF16) - vv[x]) <=
+                           0x1p-8 * fabs(vv[x]) + 1e-6);
+        }
+        const int pass = (invariant ? plan.decode_splits == FA2_MAX_SPLITS
+                                    : plan.decode_splits > 1) &&
+                         o_bad == 0 && lse_bad == 0;
+        printf("limit: seqlen_k=%" PRId64 " max_splits=%d batch_invariant=%d [decode splits %d]"
+               " : o_bad=%" PRId64 " lse_bad=%" PRId64 " %s\n",
+               sk, FA2_MAX_SPLITS, invariant, (int)plan.decode_splits, o_bad, lse_bad,
+               pass ? "PASS" : "FAIL");
+        failed += !pass;
+    }
+    assert_int_equal(failed, 0);
+}
+
 int main(int argc, char **argv)
 {
     const int setup = gpu_test_setup("decode", &g_info, &g_seed, &g_only);
@@ -423,6 +484,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_decode_a100_record),
         cmocka_unit_test(test_decode_varlen),
         cmocka_unit_test(test_split_agrees),
+        cmocka_unit_test(test_decode_limits),
         cmocka_unit_test(test_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

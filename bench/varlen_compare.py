@@ -7,8 +7,8 @@
             (torch.ops.aten._flash_attention_forward with cum_seq_q / cum_seq_k);
   equal     the same number of sequences, all of one length: varlen against libfa2's
             dense kernel on the same work;
-  paged     a batch over a paged cache (page sizes 16 and 64, shuffled pages) against
-            the same batch with contiguous packed K/V;
+  paged     a batch over a paged cache (page sizes 16 and 64; pages shuffled, then in
+            order) against the same batch with contiguous packed K/V;
   decode    one query token per sequence over a paged cache (page 16): time and K/V
             read rate, and with --base-lib the same step on a second build, alternating
             (what a change costs a decode step).
@@ -161,13 +161,18 @@ def main():
                  "dense": time_ms(lambda: dense.forward(q4, k4, v4, o4, stream=stream), [()])}
         rows.append(row(f"equal {n} x {s}: varlen over dense", causal_flops(lens), times))
 
-    for page in (16, 64):  # paged against contiguous packed K/V
+    # paged against contiguous packed K/V; pages shuffled over the whole cache (a
+    # long-running engine's worst case), then each sequence's pages in order (a fresh
+    # prefill's): the page lookups cost the same, the addresses' scatter differs
+    for page, order in ((16, "shuffled"), (64, "shuffled"), (16, "in order"),
+                        (64, "in order")):
         lens = [rng.randint(512, 8192) for _ in range(16)]
         cu, q, k, v = packed_inputs(lens, dt)
         o = torch.empty_like(q)
         per_seq = max((x + page - 1) // page for x in lens)
         num_pages = len(lens) * per_seq
-        perm = torch.randperm(num_pages, device="cuda")
+        perm = (torch.randperm(num_pages, device="cuda") if order == "shuffled"
+                else torch.arange(num_pages, device="cuda"))
         table = perm.view(len(lens), per_seq).to(torch.int32).contiguous()
         k_cache = torch.empty(num_pages, page, HKV, D, device="cuda", dtype=dt)
         v_cache = torch.empty_like(k_cache)
@@ -187,7 +192,7 @@ def main():
         times = {"fa2": time_ms(lambda: paged(q, k_cache, v_cache, o, cu, None, used, table),
                                 [()]),
                  "contiguous": time_ms(lambda: packed(q, k, v, o2, cu, cu), [()])}
-        r = row(f"paged, page {page}, 16 seqs 512..8k (diff {err:.0e})",
+        r = row(f"paged, page {page} {order}, 16 seqs 512..8k (diff {err:.0e})",
                 causal_flops(lens), times)
         rows.append(r)
 

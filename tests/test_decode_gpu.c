@@ -1,16 +1,18 @@
 /* The decode kernel (kernels/decode/) on the GPU against the double oracle.
  *
- * Dense cases: one to four query tokens, GQA groups 1 to 16 (MQA), head dims 64, 128
- * and 256, key counts 0, 17, 1000 to 33000, causal and windows, with and without key
- * splits (plan->decode_splits checked: the decode kernel runs, and splits where the
- * case asks for them), planned for this device and again for an A100's record (the
- * two-stage pipeline), and with the score variants (softcap, ALiBi, sinks) through
- * fa2_forward_with. Then packed and paged batches of decode rows with splits, sequence
- * by sequence, an empty sequence included. Then batch-invariant mode: a sequence's step
- * alone and inside a larger batch, bit-identical. O and the LSE are poisoned first;
- * rows outside the sequences must stay so. Bounds as the forward tests: O's relative L2
- * error within max(2 x a same-precision naive attention's, 1e-2 bf16 / 2e-3 fp16; the
- * score variants: the fixed bound), the LSE within 1e-3.
+ * Dense cases: 1 to 16 query tokens, GQA groups 1, 2, 4, 8, 16 and MQA, head dims 64,
+ * 128 and 256, batch 1 to 64, key counts 0, 1, 17, 300, 1000 to 128k, causal and
+ * windows, with and without key splits (plan->decode_splits checked: the decode kernel
+ * runs, and splits where the case asks for them), planned for this device and again
+ * for an A100's record (the two-stage pipeline), and with the score variants (softcap,
+ * ALiBi, sinks) through fa2_forward_with. Split and unsplit runs of one problem equally
+ * far from the oracle; FA2_MAX_SEQLEN keys in FA2_MAX_SPLITS splits. Then packed and
+ * paged batches of decode rows with splits (pages of 16 and 64), sequence by sequence,
+ * an empty sequence included. Then batch-invariant mode: a sequence's step alone and
+ * inside a larger batch, bit-identical. O and the LSE are poisoned first; rows outside
+ * the sequences must stay so. Bounds as the forward tests: O's relative L2 error within
+ * max(2 x a same-precision naive attention's, 1e-2 bf16 / 2e-3 fp16; the score
+ * variants: the fixed bound), the LSE within 1e-3.
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped);
  * `--probe` only checks for one. */
@@ -55,6 +57,11 @@ static const decode_case_t cases[] = {
     {FP16, 2, 1, 4096, 64, 4, 256, 1, -1, 16, 1},   /* GQA 16 */
     {BF16, 2, 1, 0, 8, 2, 128, 0, -1, 64, 0},       /* no keys: O = 0, LSE = -inf */
     {BF16, 1, 1, 33000, 8, 1, 128, 1, -1, 128, 1},  /* one kv head: over 100 splits */
+    {BF16, 1, 16, 2000, 8, 8, 128, 1, -1, 64, 1},   /* 16 tokens, MHA: a causal mask per row */
+    {FP16, 4, 1, 1, 16, 8, 128, 0, -1, 64, 0},      /* GQA 2, one key */
+    {BF16, 64, 1, 300, 32, 8, 64, 1, -1, 64, 0},    /* batch 64: the grid fills the GPU */
+    {BF16, 1, 1, 131072, 4, 1, 128, 1, -1, 128, 1}, /* 128k keys (one kv head) */
+    {BF16, 2, 2, 5000, 16, 2, 256, 1, -1, 32, 1},   /* 2 tokens x GQA 8: 16 rows */
 };
 
 /* One case planned for `info`; `mod` (NULL: plain attention) adds the score variants,
@@ -216,12 +223,14 @@ static void test_decode_scored(void **state)
 }
 
 /* A packed batch of decode rows (1 query token per sequence, one sequence empty), over
- * packed K/V (paged = 0) or a paged cache (page 16, pages dealt in reverse), with key
- * splits, head dim d, 32 query heads over hkv kv heads; each sequence against the
+ * packed K/V (page = 0) or a paged cache (pages of `page` keys, dealt in reverse), with
+ * key splits, head dim d, 32 query heads over hkv kv heads; each sequence against the
  * oracle; the spare rows stay poisoned. */
-static long run_varlen(int paged, int64_t d, int64_t hkv)
+static long run_varlen(int64_t page, int64_t d, int64_t hkv)
 {
-    enum { N = 4, SPARE = 3, PAGE = 16 };
+    enum { N = 4, SPARE = 3 };
+    const int paged = page > 0;
+    const int64_t page_keys = paged ? page : 1;
     const int64_t hq = 32, len_k[N] = {100, 5000, 0, 33};
     const int64_t len_q[N] = {1, 1, 0, 1};
     int32_t cu_q[N + 1] = {0}, cu_k[N + 1] = {0}, used[N];
@@ -231,23 +240,23 @@ static long run_varlen(int paged, int64_t d, int64_t hkv)
         cu_k[b + 1] = cu_k[b] + (int32_t)len_k[b];
         used[b] = (int32_t)len_k[b];
         max_k = len_k[b] > max_k ? len_k[b] : max_k;
-        pages += (len_k[b] + PAGE - 1) / PAGE;
+        pages += (len_k[b] + page_keys - 1) / page_keys;
     }
-    const int64_t per_seq = (max_k + PAGE - 1) / PAGE, total_q = cu_q[N] + SPARE;
-    const int64_t k_rows = paged ? pages * PAGE : cu_k[N];
+    const int64_t per_seq = (max_k + page_keys - 1) / page_keys, total_q = cu_q[N] + SPARE;
+    const int64_t k_rows = paged ? pages * page_keys : cu_k[N];
     int32_t *table = malloc(sizeof(int32_t) * N * per_seq);
     assert_non_null(table);
     for (int b = 0, next = 0; b < N; ++b)
         for (int64_t j = 0; j < per_seq; ++j)
             table[b * per_seq + j] =
-                j < (len_k[b] + PAGE - 1) / PAGE ? (int32_t)(pages - 1 - next++) : -1;
+                j < (len_k[b] + page_keys - 1) / page_keys ? (int32_t)(pages - 1 - next++) : -1;
     fa2_problem_t p;
     fa2_problem_init(&p, BF16, N, 1, max_k, hq, hkv, d);
     p.total_q = total_q;
     p.q_batch_stride = p.o_batch_stride = 0;
     if (paged) {
-        p.page_size = PAGE, p.num_pages = pages, p.pages_per_seq = per_seq;
-        p.k_batch_stride = p.v_batch_stride = PAGE * hkv * d;
+        p.page_size = page_keys, p.num_pages = pages, p.pages_per_seq = per_seq;
+        p.k_batch_stride = p.v_batch_stride = page_keys * hkv * d;
     } else {
         p.total_k = k_rows;
         p.k_batch_stride = p.v_batch_stride = 0;
@@ -256,8 +265,9 @@ static long run_varlen(int paged, int64_t d, int64_t hkv)
     p.max_splits = 64;
     fa2_plan_t plan;
     assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
-    printf("varlen decode %s, d=%" PRId64 ", GQA 32:%" PRId64 ": [decode splits %d]",
-           paged ? "paged" : "packed", d, hkv, (int)plan.decode_splits);
+    printf("varlen decode %s (page %" PRId64 "), d=%" PRId64 ", GQA 32:%" PRId64
+           ": [decode splits %d]",
+           paged ? "paged" : "packed", page, d, hkv, (int)plan.decode_splits);
     const int64_t nq = total_q * hq * d, nk = k_rows * hkv * d;
     float *qv = malloc(sizeof(float) * nq), *kv = malloc(sizeof(float) * nk),
           *vv = malloc(sizeof(float) * nk), *ks = malloc(sizeof(float) * max_k * hkv * d),
@@ -269,7 +279,7 @@ static long run_varlen(int paged, int64_t d, int64_t hkv)
            *want_lse = malloc(sizeof(double) * hq);
     assert_true(qv && kv && vv && ks && vs && lse && qb && kb && vb && ob && want && got &&
                 want_lse);
-    oracle_rng_t rng = case_rng(g_seed, (uint64_t)(100 + paged + 2 * d + hkv));
+    oracle_rng_t rng = case_rng(g_seed, (uint64_t)(100 + page + 2 * d + hkv));
     fill_rounded(qv, qb, nq, &rng, BF16);
     fill_rounded(kv, kb, nk, &rng, BF16);
     fill_rounded(vv, vb, nk, &rng, BF16);
@@ -300,7 +310,8 @@ static long run_varlen(int paged, int64_t d, int64_t hkv)
         if (len_q[b] == 0)
             continue;
         for (int64_t j = 0; j < len_k[b]; ++j) {
-            const int64_t row = paged ? table[b * per_seq + j / PAGE] * PAGE + j % PAGE
+            const int64_t row = paged ? table[b * per_seq + j / page_keys] * page_keys +
+                                            j % page_keys
                                       : cu_k[b] + j;
             memcpy(ks + j * hkv * d, kv + row * hkv * d, sizeof(float) * hkv * d);
             memcpy(vs + j * hkv * d, vv + row * hkv * d, sizeof(float) * hkv * d);
@@ -336,8 +347,8 @@ static void test_decode_varlen(void **state)
     (void)state;
     /* GQA 4 (rows 8-15 of the tile padding), and d = 64 (two paged parts a tile) with
      * GQA 16 (every row real) */
-    assert_int_equal(run_varlen(0, 128, 8) + run_varlen(1, 128, 8) + run_varlen(0, 64, 2) +
-                         run_varlen(1, 64, 2),
+    assert_int_equal(run_varlen(0, 128, 8) + run_varlen(16, 128, 8) + run_varlen(64, 128, 8) +
+                         run_varlen(0, 64, 2) + run_varlen(16, 64, 2),
                      0);
 }
 
@@ -393,6 +404,132 @@ static void test_batch_invariant(void **state)
     assert_true(same && splits[0] == splits[1] && splits[0] > 1);
 }
 
+/* One problem run without key splits (max_splits 0) and with them. The partial O and LSE
+ * are fp32 and so is the combine, but P goes into the P.V mma as bf16, rounded against
+ * the running maximum each split sees, so the two results differ by that rounding, not
+ * only by the order of fp32 sums. The check: the split adds no error of its own (its
+ * distance from the double oracle within 10 % of the unsplit one's, which a lost or
+ * twice-counted key or a wrong rescale would exceed many times) and the LSEs agree to
+ * 1e-5 relative. */
+static void test_split_agrees(void **state)
+{
+    (void)state;
+    const int64_t sk = 8192, hq = 32, hkv = 8, d = 128, nq = hq * d, nk = sk * hkv * d;
+    oracle_rng_t rng = case_rng(g_seed, 400);
+    float *qv = malloc(sizeof(float) * nq), *kv = malloc(sizeof(float) * nk),
+          *vv = malloc(sizeof(float) * nk), lse[2][32];
+    double want_lse[32];
+    double *got[2] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nq)},
+           *want = malloc(sizeof(double) * nq);
+    uint16_t *qb = malloc(2 * nq), *kb = malloc(2 * nk), *vb = malloc(2 * nk),
+             *o = malloc(2 * nq);
+    assert_true(qv && kv && vv && got[0] && got[1] && want && qb && kb && vb && o);
+    fill_rounded(qv, qb, nq, &rng, BF16);
+    fill_rounded(kv, kb, nk, &rng, BF16);
+    fill_rounded(vv, vb, nk, &rng, BF16);
+    void *dq = device_buffer(qb, 2 * nq), *dk = device_buffer(kb, 2 * nk),
+         *dv = device_buffer(vb, 2 * nk);
+    int32_t splits[2] = {0, 0};
+    fa2_problem_t p;
+    for (int run = 0; run < 2; ++run) {
+        fa2_problem_init(&p, BF16, 1, 1, sk, hq, hkv, d);
+        p.causal = 1;
+        p.max_splits = run ? 64 : 0;
+        fa2_plan_t plan;
+        assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+        splits[run] = plan.decode_splits;
+        void *d_o = device_buffer(NULL, 2 * nq),
+             *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+        float *dlse = device_buffer(NULL, sizeof(float) * hq);
+        assert_int_equal(fa2_forward(&plan, dq, dk, dv, d_o, dlse, ws,
+                                     (size_t)plan.workspace_bytes, NULL),
+                         FA2_SUCCESS);
+        assert_int_equal(cudaMemcpy(o, d_o, 2 * nq, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_int_equal(cudaMemcpy(lse[run], dlse, sizeof lse[run], cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        for (int64_t i = 0; i < nq; ++i)
+            got[run][i] = oracle_float_from_bits(o[i], BF16);
+        cudaFree(d_o), cudaFree(ws), cudaFree(dlse);
+    }
+    assert_int_equal(oracle_forward(&p, qv, kv, vv, want, want_lse), 0);
+    const double err_unsplit = oracle_rel_l2(got[0], want, (size_t)nq),
+                 err_split = oracle_rel_l2(got[1], want, (size_t)nq),
+                 apart = oracle_rel_l2(got[1], got[0], (size_t)nq);
+    double worst_lse = 0.0;
+    for (int64_t h = 0; h < hq; ++h)
+        worst_lse = fmax(worst_lse, fabs((double)lse[0][h] - lse[1][h]) / fabs((double)lse[0][h]));
+    const int pass = splits[0] == 1 && splits[1] > 1 && err_split <= 1.1 * err_unsplit &&
+                     worst_lse <= 1e-5;
+    printf("split against unsplit: decode splits %d and %d, error against the oracle %.3e "
+           "and %.3e, apart %.3e, LSE within %.1e relative %s\n",
+           (int)splits[0], (int)splits[1], err_unsplit, err_split, apart, worst_lse,
+           pass ? "PASS" : "FAIL");
+    cudaFree(dq), cudaFree(dk), cudaFree(dv);
+    free(qv), free(kv), free(vv), free(got[0]), free(got[1]), free(want);
+    free(qb), free(kb), free(vb), free(o);
+    assert_true(pass);
+}
+
+/* The decode kernel at its accepted extremes: seqlen_k = FA2_MAX_SEQLEN keys with
+ * max_splits = FA2_MAX_SPLITS, in batch-invariant mode (exactly FA2_MAX_SPLITS splits)
+ * and in the default mode (the planner's count, keys split unevenly). K and V are one
+ * row repeated (sequence stride 0), so every score of a row is the same: O = v and
+ * LSE = scale q.k + ln(keys), exactly computable; a split that dropped or repeated keys
+ * moves the LSE. */
+static void test_decode_limits(void **state)
+{
+    (void)state;
+    const int64_t sk = FA2_MAX_SEQLEN, hq = 8, d = 128;
+    float qv[8 * 128], kv[128], vv[128], lse[8];
+    uint16_t qb[8 * 128], kb[128], vb[128], ob[8 * 128];
+    oracle_rng_t rng = case_rng(g_seed, 600);
+    fill_rounded(qv, qb, hq * d, &rng, BF16);
+    fill_rounded(kv, kb, d, &rng, BF16);
+    fill_rounded(vv, vb, d, &rng, BF16);
+    long failed = 0;
+    for (int invariant = 1; invariant >= 0; --invariant) {
+        fa2_problem_t p;
+        fa2_problem_init(&p, BF16, 1, 1, sk, hq, 1, d);
+        p.k_batch_stride = p.k_seq_stride = p.v_batch_stride = p.v_seq_stride = 0;
+        p.causal = 1;
+        p.max_splits = FA2_MAX_SPLITS;
+        p.batch_invariant = invariant;
+        fa2_plan_t plan;
+        assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+        void *dq = device_buffer(qb, sizeof qb), *dk = device_buffer(kb, sizeof kb),
+             *dv = device_buffer(vb, sizeof vb), *d_o = device_buffer(NULL, sizeof ob),
+             *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+        float *dlse = device_buffer(NULL, sizeof lse);
+        const fa2_status_t st = fa2_forward(&plan, dq, dk, dv, d_o, dlse, ws,
+                                            (size_t)plan.workspace_bytes, NULL);
+        assert_int_equal(st, FA2_SUCCESS);
+        assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+        assert_int_equal(cudaMemcpy(ob, d_o, sizeof ob, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_int_equal(cudaMemcpy(lse, dlse, sizeof lse, cudaMemcpyDeviceToHost), cudaSuccess);
+        cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(ws), cudaFree(dlse);
+        int64_t o_bad = 0, lse_bad = 0;
+        for (int64_t h = 0; h < hq; ++h) {
+            double s = 0.0;
+            for (int64_t x = 0; x < d; ++x)
+                s += (double)qv[h * d + x] * (double)kv[x];
+            const double want = s / sqrt((double)d) + log((double)sk);
+            lse_bad += !(fabs(lse[h] - want) <= 1e-3 * fmax(1.0, fabs(want)));
+            for (int64_t x = 0; x < d; ++x) /* v, to a bf16 rounding */
+                o_bad += !(fabs(oracle_float_from_bits(ob[h * d + x], BF16) - vv[x]) <=
+                           0x1p-8 * fabs(vv[x]) + 1e-6);
+        }
+        const int pass = (invariant ? plan.decode_splits == FA2_MAX_SPLITS
+                                    : plan.decode_splits > 1) &&
+                         o_bad == 0 && lse_bad == 0;
+        printf("limit: seqlen_k=%" PRId64 " max_splits=%d batch_invariant=%d [decode splits %d]"
+               " : o_bad=%" PRId64 " lse_bad=%" PRId64 " %s\n",
+               sk, FA2_MAX_SPLITS, invariant, (int)plan.decode_splits, o_bad, lse_bad,
+               pass ? "PASS" : "FAIL");
+        failed += !pass;
+    }
+    assert_int_equal(failed, 0);
+}
+
 int main(int argc, char **argv)
 {
     const int setup = gpu_test_setup("decode", &g_info, &g_seed, &g_only);
@@ -403,6 +540,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_decode_a100_record),
         cmocka_unit_test(test_decode_scored),
         cmocka_unit_test(test_decode_varlen),
+        cmocka_unit_test(test_split_agrees),
+        cmocka_unit_test(test_decode_limits),
         cmocka_unit_test(test_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

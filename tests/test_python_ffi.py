@@ -486,6 +486,16 @@ class Errors(unittest.TestCase):
             self.assertEqual(code, want, fragment)
             self.assertIn(fragment, msg)
 
+    def test_num_splits(self):
+        # flash-attn's meaning: 0 = the planner decides (up to MAX_SPLITS), n = at most n
+        self.assertEqual(fa2._max_splits(0), fa2.MAX_SPLITS)
+        self.assertEqual(fa2._max_splits(1), 1)
+        self.assertEqual(fa2._max_splits(fa2.MAX_SPLITS), fa2.MAX_SPLITS)
+        for bad in (-1, fa2.MAX_SPLITS + 1):
+            with self.assertRaises(fa2.Fa2ShapeError) as cm:
+                fa2._max_splits(bad)
+            self.assertIn(f"num_splits={bad}", str(cm.exception))
+
     def test_varlen_refusals_before_any_tensor(self):
         for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),
                              (dict(softcap=30.0), "softcap=30.0"),

@@ -557,6 +557,53 @@ def kvcache_cases():
     return passed, n
 
 
+def decode_cases():
+    """Decode through fa2.forward (dense K/V: num_splits 0 lets the planner split the
+    keys, 1 never splits) and flash_attn_with_kvcache over a contiguous cache
+    (block_table None), against the float32 SDPA reference."""
+    passed = n = 0
+    torch.manual_seed(3)
+    dt = torch.bfloat16
+    q = torch.randn(2, 1, 32, 128, device="cuda", dtype=dt)
+    k = torch.randn(2, 8192, 8, 128, device="cuda", dtype=dt)
+    v = torch.randn_like(k)
+    ref = reference(q, k, v, True)
+    for num_splits in (0, 1):
+        n += 1
+        splits = fa2.plan_for(q, k, v, causal=True,
+                              max_splits=fa2._max_splits(num_splits)).decode_splits
+        label = f"forward decode bf16 b=2 sk=8192 GQA 32:8 num_splits={num_splits}"
+        try:
+            o = fa2.forward(q, k, v, causal=True, num_splits=num_splits)
+            torch.cuda.synchronize()
+            err = rel(o, ref)
+            ok = err < TOL and (splits > 1) == (num_splits == 0)
+            passed += ok
+            print(f"{'PASS' if ok else 'FAIL'} {label}  [decode splits {splits}]  o {err:.1e}",
+                  flush=True)
+        except fa2.Fa2Error as e:
+            print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
+    n += 1
+    lens = [1, 700, 5000]
+    k_cache = torch.randn(3, 6000, 2, 128, device="cuda", dtype=dt)
+    v_cache = torch.randn_like(k_cache)
+    q = torch.randn(3, 1, 16, 128, device="cuda", dtype=dt)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    label = f"kvcache contiguous bf16 GQA 16:2 d=128 lengths={lens}"
+    try:
+        o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, None, causal=True)
+        torch.cuda.synchronize()
+        worst = max(rel(o[b:b + 1], reference(q[b:b + 1], k_cache[b:b + 1, :lk],
+                                              v_cache[b:b + 1, :lk], True))
+                    for b, lk in enumerate(lens))
+        ok = worst < TOL
+        passed += ok
+        print(f"{'PASS' if ok else 'FAIL'} {label}  worst sequence {worst:.1e}", flush=True)
+    except fa2.Fa2Error as e:
+        print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
+    return passed, n
+
+
 def compile_cases():
     """attention() as torch.library custom ops: torch.library.opcheck on both ops
     (schema, fake tensors, autograd registration, AOT dispatch), then a training step
@@ -647,7 +694,7 @@ def main():
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
     total = len(cases) + 1
     for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases,
-                  varlen_cases, kvcache_cases, combine_cases, compile_cases):
+                  varlen_cases, kvcache_cases, decode_cases, combine_cases, compile_cases):
         passed, n = group()
         failed += n - passed
         total += n

@@ -988,6 +988,76 @@ static void test_paged_matches_oracle(void **state)
 
 /* fa2_cache_write: new rows land in their slots' pages, bit for bit; padding slots (-1)
  * and slots past the cache are skipped; every other cache element stays poisoned. */
+/* fa2_cache_write at its largest n_tokens, 2^31 - 1 (head_dim 8, one kv head: rows of
+ * 16 bytes; k_new and v_new one buffer, 32 GiB, and the slots 8 GiB). Every slot is -1
+ * (padding) except the last three tokens': their rows land in their slots, nothing else
+ * in the caches is written. Skipped (reported so) without the device memory. */
+static void test_cache_write_limit(void **state)
+{
+    (void)state;
+    const int64_t d = 8, ps = 16, num_pages = 2, n = INT32_MAX, n_cache = num_pages * ps * d;
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1, num_pages * ps, 1, 1, d);
+    p.total_q = 1;
+    p.page_size = ps;
+    p.num_pages = num_pages;
+    p.pages_per_seq = num_pages;
+    p.q_batch_stride = p.o_batch_stride = 0;
+    p.k_batch_stride = p.v_batch_stride = ps * d;
+    fa2_plan_t plan;
+    assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
+    const size_t new_bytes = (size_t)n * d * 2, slot_bytes = (size_t)n * 4;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess ||
+        (double)free_b < (double)(new_bytes + slot_bytes) + (double)(1ull << 30)) {
+        printf("cache write limit: SKIP (needs %.1f GiB + 1 GiB, %.1f GiB free)\n",
+               (double)(new_bytes + slot_bytes) / (1ull << 30), (double)free_b / (1ull << 30));
+        skip();
+    }
+    const int32_t last_slots[3] = {0, 5, 2 * 16 - 1};
+    uint16_t last_rows[3 * 8], kc[2 * 16 * 8];
+    oracle_rng_t rng = case_rng(g_seed, 3100);
+    for (int i = 0; i < 3 * 8; ++i)
+        last_rows[i] = (uint16_t)(oracle_rng_next(&rng) & 0x7F7F);
+    void *dnew = NULL, *dkc = device_buffer(NULL, 2 * (size_t)n_cache),
+         *dvc = device_buffer(NULL, 2 * (size_t)n_cache);
+    int32_t *dslots = NULL;
+    assert_int_equal(cudaMalloc(&dnew, new_bytes), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&dslots, slot_bytes), cudaSuccess);
+    assert_int_equal(cudaMemset(dnew, 0x11, new_bytes), cudaSuccess);
+    assert_int_equal(cudaMemset(dslots, 0xFF, slot_bytes), cudaSuccess); /* -1: padding */
+    assert_int_equal(cudaMemcpy((char *)dnew + new_bytes - sizeof last_rows, last_rows,
+                                sizeof last_rows, cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(dslots + n - 3, last_slots, sizeof last_slots,
+                                cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(fa2_cache_write(&plan, dnew, dnew, n, d, dslots, dkc, dvc, NULL),
+                     FA2_SUCCESS);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    int64_t wrong = 0, stray = 0;
+    for (int cache = 0; cache < 2; ++cache) {
+        assert_int_equal(cudaMemcpy(kc, cache ? dvc : dkc, sizeof kc, cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        for (int64_t row = 0; row < num_pages * ps; ++row) {
+            int token = -1; /* which of the last three tokens writes this slot */
+            for (int t = 0; t < 3; ++t)
+                token = last_slots[t] == row ? t : token;
+            for (int64_t x = 0; x < d; ++x) {
+                const uint16_t got = kc[row * d + x];
+                if (token >= 0)
+                    wrong += got != last_rows[token * d + x];
+                else
+                    stray += got != 0xFFFFu;
+            }
+        }
+    }
+    printf("cache write limit: n_tokens=%" PRId64 ": wrong %" PRId64 ", written outside %" PRId64
+           " %s\n", n, wrong, stray, wrong || stray ? "FAIL" : "PASS");
+    cudaFree(dnew), cudaFree(dkc), cudaFree(dvc), cudaFree(dslots);
+    assert_int_equal(wrong + stray, 0);
+}
+
 static void test_cache_write(void **state)
 {
     (void)state;
@@ -1217,6 +1287,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_varlen_matches_oracle),
         cmocka_unit_test(test_paged_matches_oracle),
         cmocka_unit_test(test_cache_write),
+        cmocka_unit_test(test_cache_write_limit),
         cmocka_unit_test(test_graph_replay),
         cmocka_unit_test(test_packed_limits),
         cmocka_unit_test(test_hostile_metadata),

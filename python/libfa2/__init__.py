@@ -949,15 +949,16 @@ def _as_c_input(q, t):
 
 
 def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=None,
-             deterministic=False, lib=None):
+             deterministic=False, max_splits=0, lib=None):
     """The Plan for torch tensors (cached per shapes, strides, dtype, options, device).
-    The backward uses the same plan: dO has O's strides, dQ Q's, dK K's, dV V's."""
+    The backward uses such a plan too: dO has O's strides, dQ Q's, dK K's, dV V's.
+    max_splits: fa2_problem_t.max_splits (key splits when the decode kernel runs)."""
     lib = lib or library()
     o_shape, o_strides = (tuple(q.shape), None) if o is None else (tuple(o.shape), o.stride())
     k_strides, v_strides = _as_c_input(q, k).stride(), _as_c_input(q, v).stride()
     key = (id(lib), q.device.index, str(q.dtype), tuple(q.shape), q.stride(), tuple(k.shape),
            k_strides, tuple(v.shape), v_strides, o_shape, o_strides, bool(causal),
-           tuple(window), softmax_scale, bool(deterministic))
+           tuple(window), softmax_scale, bool(deterministic), int(max_splits))
     p = _plan_cache.get(key)
     if p is None:
         problem = make_problem(q.dtype, q.shape, k.shape, v.shape, o_shape,
@@ -965,6 +966,7 @@ def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=No
                                v_strides=v_strides, o_strides=o_strides, causal=causal,
                                window=window, softmax_scale=softmax_scale,
                                deterministic=deterministic, lib=lib)
+        problem.max_splits = int(max_splits)
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:
@@ -980,17 +982,30 @@ def _empty_as(t):
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
+def _max_splits(num_splits):
+    """flash-attn's num_splits (0: the planner decides, n >= 1: at most n) as
+    fa2_problem_t.max_splits."""
+    n = int(num_splits)
+    if n < 0 or n > MAX_SPLITS:
+        raise Fa2ShapeError(f"num_splits={n} is out of range [0, {MAX_SPLITS}]")
+    return MAX_SPLITS if n == 0 else n
+
+
 def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=None,
-            lse=None, return_lse=False, deterministic=False, lib=None):
+            lse=None, return_lse=False, deterministic=False, num_splits=0, lib=None):
     """Attention forward on torch tensors: q [b, sq, hq, d], k/v [b, sk, hkv, d] (BSHD
     views, any strides with head_dim stride 1; sk may be 0). Runs on the current
     stream of q's device. Returns o (new, or `out`), and the LSE float32 [b, hq, sq]
     (new, or `lse`) when return_lse=True or `lse` is given. `out` must have q's
     shape, dtype and device, a head_dim stride of 1, other strides multiples of 8 and
     one address per element; `lse` must be contiguous float32 on q's device. Checked
-    before any C call: a refused call writes nothing."""
+    before any C call: a refused call writes nothing. num_splits (as flash-attn's): 0
+    lets the planner split each sequence's keys over blocks when the decode kernel runs
+    (a few query rows per kv head: docs/api.md "Decode"; the workspace is allocated
+    here), 1 never splits, n at most n."""
     torch = _torch()
     _check_tensors(q, k, v)
+    max_splits = _max_splits(num_splits)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     else:
@@ -1001,9 +1016,11 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     elif return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     p = plan_for(q, k, v, out, causal=causal, window=window, softmax_scale=softmax_scale,
-                 deterministic=deterministic, lib=lib)
+                 deterministic=deterministic, max_splits=max_splits, lib=lib)
+    workspace = (torch.empty(int(p.workspace_bytes), dtype=torch.uint8, device=q.device)
+                 if p.workspace_bytes else None)
     with torch.cuda.device(q.device):
-        p.forward(q, _as_c_input(q, k), _as_c_input(q, v), out, lse,
+        p.forward(q, _as_c_input(q, k), _as_c_input(q, v), out, lse, workspace=workspace,
                   stream=torch.cuda.current_stream(q.device))
     return (out, lse) if return_lse else out
 
@@ -1334,10 +1351,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                             softcap=0.0, alibi_slopes=None, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, return_softmax_lse=False, *,
                             check_metadata=False, num_splits=0, sinks=None):
-    """Attention over a paged KV cache in the shape of flash_attn.flash_attn_with_kvcache
+    """Attention over a KV cache in the shape of flash_attn.flash_attn_with_kvcache
     (forward only): q [batch, seqlen_q, heads_q, d]; k_cache / v_cache [num_pages,
-    page_size, heads_kv, d] (any page size); cache_seqlens int32 [batch], each sequence's
-    key count; block_table int32 [batch, pages_per_seq], each sequence's pages in order.
+    page_size, heads_kv, d] (any page size) with block_table int32 [batch,
+    pages_per_seq], each sequence's pages in order; or, block_table None, a contiguous
+    cache [batch, seqlen_cache, heads_kv, d] (run as one page per sequence);
+    cache_seqlens int32 [batch], each sequence's key count.
     Causal masks and windows are bottom-right aligned (decode: the query rows are the
     last of each sequence). Returns o like q (and the LSE float32 [heads_q, batch *
     seqlen_q] with return_softmax_lse). softcap (0 = off), alibi_slopes and sinks
@@ -1374,6 +1393,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                               t.device != q.device):
             raise Fa2ShapeError(f"{name}: expected a contiguous float32 tensor [heads_q = "
                                 f"{q.shape[2]}] on q's device")
+    if block_table is None:  # a contiguous cache: sequence b is page b
+        if k_cache.shape[0] != batch:
+            raise Fa2ShapeError(f"k_cache: {k_cache.shape[0]} sequences for a batch of "
+                                f"{batch} (block_table None: [batch, seqlen_cache, heads_kv, "
+                                f"head_dim])")
+        block_table = _identity_table(batch, q.device)
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or \
             block_table.dim() != 2 or block_table.shape[0] != batch or \
             not block_table.is_contiguous() or block_table.device != q.device:
@@ -1383,7 +1408,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
     pages_per_seq = block_table.shape[1]
     cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32,
                         device=q.device)
-    max_splits = MAX_SPLITS if int(num_splits) == 0 else int(num_splits)
+    max_splits = _max_splits(num_splits)
     key = ("paged", q.device.index, str(q.dtype), tuple(q3.shape), tuple(k_cache.shape),
            k_cache.stride(), v_cache.stride(), pages_per_seq, bool(causal),
            tuple(window_size), softmax_scale, max_splits, float(softcap),
@@ -1419,6 +1444,27 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
             p.varlen_check(workspace)
     o = o.view(q.shape)
     return (o, lse) if return_softmax_lse else o
+
+
+_identity_tables = {}
+
+
+def _identity_table(batch, device):
+    """The page table [[0], [1], ...] of `batch` sequences on `device`, made once, by
+    the first call outside CUDA-graph capture (the same tensor every call after: graph
+    replays keep its address)."""
+    torch = _torch()
+    key = (device.index, batch)
+    table = _identity_tables.get(key)
+    if table is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise Fa2ShapeError("flash_attn_with_kvcache without block_table: call it once "
+                                "outside CUDA-graph capture first (it makes its page table "
+                                "then)")
+        table = torch.arange(batch, dtype=torch.int32, device=device).view(batch, 1)
+        with _lock:
+            _identity_tables[key] = table
+    return table
 
 
 def combine(o_parts, lse_parts, out_dtype=None, *, return_lse=True):

@@ -143,6 +143,12 @@ int oracle_forward_rounded(const fa2_problem_t *p, const float *q, const float *
     return attend(p, NULL, q, k, v, 1, o, NULL);
 }
 
+int oracle_forward_scored_rounded(const fa2_problem_t *p, const oracle_score_t *mod,
+                                  const float *q, const float *k, const float *v, double *o)
+{
+    return attend(p, mod, q, k, v, 1, o, NULL);
+}
+
 int64_t oracle_span(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                     int64_t batch_stride, int64_t seq_stride, int64_t head_stride)
 {

@@ -48,6 +48,12 @@ int oracle_forward_scored(const fa2_problem_t *p, const oracle_score_t *mod, con
 int oracle_forward_rounded(const fa2_problem_t *p, const float *q, const float *k,
                            const float *v, double *o);
 
+/* oracle_forward_rounded with the score variants (applied to the rounded score in
+ * double): the yardstick for them. Where O leaves the dtype's range (fp16 rows that a
+ * large sink dominates) its error shows what the dtype can hold. */
+int oracle_forward_scored_rounded(const fa2_problem_t *p, const oracle_score_t *mod,
+                                  const float *q, const float *k, const float *v, double *o);
+
 /* Elements a strided [batch, seq, heads, head_dim] tensor spans: the largest offset
  * plus one (0 when any extent is 0). Allocate this many to hold it. */
 int64_t oracle_span(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,

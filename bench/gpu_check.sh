@@ -25,6 +25,8 @@
 #                    with FA2_BASELINE those A/B against the baseline); varlen.log
 #   FA2_DECODE=1     also run bench/decode_compare.py (decode steps against SDPA flash and
 #                    cuDNN, and the copy bandwidth); decode.log
+#   FA2_VARIANTS=1   also run bench/variants_compare.py (each score variant's forward
+#                    against the plain plan's, prefill and decode); variants.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -130,6 +132,12 @@ if [ "${FA2_VARLEN:-0}" = 1 ]; then
         --csv "$OUT/varlen.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
 fi
 
+if [ "${FA2_VARIANTS:-0}" = 1 ]; then
+    : >"$OUT/variants.log"
+    run_step variants "$OUT/variants.log" python3 bench/variants_compare.py --lib "$BUILD/libfa2.so" \
+        --csv "$OUT/variants.csv"
+fi
+
 # ---- summary (last, so the device tool's output tail holds it) -----------------------
 {
     echo
@@ -187,6 +195,10 @@ fi
     if [ -s "$OUT/varlen.log" ]; then
         echo "varlen: (TFLOP/s)"
         grep -E "^(varlen|equal|paged|decode) " "$OUT/varlen.log" | sed 's/^/        /'
+    fi
+    if [ -s "$OUT/variants.log" ]; then
+        echo "variants: (forward time over the plain plan's)"
+        grep -E "^variant " "$OUT/variants.log" | sed 's/^/        /'
     fi
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'

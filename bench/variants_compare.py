@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""What the score variants (softcap, ALiBi, sinks; include/fa2.h) cost, forward: each
+variant's plan against the plain plan on the same tensors, in one process.
+
+Per shape, the plain call and each variant are timed in alternation for --rounds rounds
+(each a median over event-timed calls, as in sdpa_compare.py), so drift hits all alike;
+the figure printed is median(variant time) / median(plain time), with the range of the
+per-round ratios. Shapes: prefill at bf16, d = 128, causal (the issue's 8k) and decode
+steps (GQA 32:8, the decode kernel).
+
+    python3 bench/variants_compare.py --lib build/libfa2.so [--csv f]
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdpa_compare import fa2lib, load_library, time_ms, write_csv  # noqa: E402
+
+VARIANTS = (("softcap", dict(softcap=30.0)), ("alibi", dict(alibi=1)),
+            ("sinks", dict(sinks=1)), ("all three", dict(softcap=30.0, alibi=1, sinks=1)))
+
+
+def plan_with(lib, q, k, causal, **fields):
+    problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=causal, lib=lib)
+    problem.max_splits = fa2lib.MAX_SPLITS
+    for name, value in fields.items():
+        setattr(problem, name, value)
+    return lib.plan(problem, q.device.index)
+
+
+def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
+    dt = torch.bfloat16
+    sets = []
+    for _ in range(3):
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+        sets.append((q, k, v, torch.empty_like(q)))
+    slopes = torch.rand(hq, device="cuda") * 0.25
+    sinks = torch.rand(hq, device="cuda") * 4.0 - 2.0
+    plain = plan_with(lib, sets[0][0], sets[0][1], causal)
+    ws_bytes = max(plain.workspace_bytes, 1)
+    runs = [lambda q, k, v, o, p=plain, ws=torch.empty(ws_bytes, dtype=torch.uint8,
+                                                        device="cuda"):
+            p.forward(q, k, v, o, workspace=ws)]
+    for _, fields in VARIANTS:
+        p = plan_with(lib, sets[0][0], sets[0][1], causal, **fields)
+        ws = torch.empty(max(p.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+        runs.append(lambda q, k, v, o, p=p, ws=ws, f=fields: p.forward_with(
+            q, k, v, o, alibi_slopes=slopes if f.get("alibi") else None,
+            sinks=sinks if f.get("sinks") else None, workspace=ws))
+    times = [[] for _ in runs]
+    for _ in range(rounds):
+        for i, fn in enumerate(runs):
+            times[i].append(time_ms(fn, sets, warmup=2, iters=iters))
+    rows = []
+    base = statistics.median(times[0])
+    print(f"{name}: plain {base * 1e3:.1f} us (decode splits {plain.decode_splits})")
+    for (variant, _), t in zip(VARIANTS, times[1:]):
+        per_round = [a / b for a, b in zip(t, times[0])]
+        cost = statistics.median(t) / base
+        print(f"variant {variant:10s} {name:34s} time / plain {cost:.3f} "
+              f"(rounds {min(per_round):.3f}..{max(per_round):.3f})")
+        rows.append(dict(shape=name, variant=variant, plain_us=round(base * 1e3, 2),
+                         variant_us=round(statistics.median(t) * 1e3, 2),
+                         ratio=round(cost, 4)))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--csv")
+    args = ap.parse_args()
+    lib = load_library(args.lib)
+    torch.manual_seed(0)
+    rows = []
+    for name, shape in (("prefill 2 x 8k causal h16 d128", (2, 8192, 8192, 16, 16, 128, True)),
+                        ("prefill 1 x 8k causal GQA 32:8", (1, 8192, 8192, 32, 8, 128, True)),
+                        ("decode 1 x 8k GQA 32:8", (1, 1, 8192, 32, 8, 128, True)),
+                        ("decode 16 x 8k GQA 32:8", (16, 1, 8192, 32, 8, 128, True))):
+        rows += shape_case(lib, name, *shape, args.rounds, args.iters)
+    if args.csv:
+        write_csv(args.csv, rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -210,7 +210,9 @@ typedef struct fa2_problem_t {
  *     s = softcap * tanh(x / softcap)                 (softcap > 0; else s = x)
  *     s -= slope_h * |i + seqlen_k - seqlen_q - j|    (alibi: bottom-right aligned)
  *     LSE_i = log(exp(sink_h) + sum_j exp(s_ij)),  O_i = sum_j exp(s_ij - LSE_i) v_j
- * over the keys the mask leaves visible, sink_h = -inf without sinks. The returned LSE
+ * over the keys the mask leaves visible, sink_h = -inf without sinks. The kernels take
+ * tanh from the special-function unit (relative error about 2^-11, as FlashAttention
+ * does) and keep the scores in units of softcap (else softmax_scale). The returned LSE
  * includes the sink; a row that sees no key has O = 0 and LSE = sink_h. The backward
  * adds softcap's derivative (1 - tanh^2) and writes dsinks_h = -sum over the batch and
  * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic. The slopes, sinks and dsinks are

@@ -93,6 +93,14 @@ __device__ __forceinline__ float exp2_approx(float x)
     return y;
 }
 
+// tanh(x) on the special-function unit (relative error about 2^-11, as fast as ex2).
+__device__ __forceinline__ float tanh_approx(float x)
+{
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Two floats → two packed 16-bit values (lo in the low half), round to nearest.
 template <typename Elem>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);

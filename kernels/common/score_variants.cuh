@@ -1,7 +1,12 @@
-// The score variants of include/fa2.h for the prefill kernels (one query head per
-// block): on an m16n8 accumulator tile of raw q.k products (the layout apply_mask
-// reads), x = scale * s, then softcap, then ALiBi; the results are natural-unit logits,
-// so the softmax then scales by log2(e). The sink joins each row once, at the end
+// The score variants of include/fa2.h on m16n8 accumulator tiles of raw q.k products
+// (the layout apply_mask reads). The natural-unit logit x = scale s, softcapped
+// x = cap tanh(scale s / cap), minus slope |row + seqlen_k - seqlen_q - key| for ALiBi,
+// is kept in "score units" so that each variant costs the least per element:
+//   no softcap: y = s - (slope / scale) |dist|,          x = scale y
+//   softcap:    y = tanh(s scale / cap) - (slope / cap) |dist|,  x = cap y
+// and the softmax takes score_log2 = (scale or cap) log2(e) as its factor, as the plain
+// path takes scale log2(e). ALiBi's distance is formed in floats (exact below 2^24) from
+// one conversion per row and column base. The sink joins each row once, at the end
 // (OnlineSoftmax::finish_with_sink).
 #pragma once
 
@@ -13,26 +18,33 @@
 namespace fa2 {
 
 struct ScoreVariants {
-    float scale;    // softmax_scale
-    float softcap;  // 0 = off
-    float slope;    // this head's ALiBi slope, 0 = off
-    int offset;     // seqlen_k - seqlen_q: ALiBi's distance is |row + offset - key|
-
-    __device__ __forceinline__ float operator()(float s, int row, int key) const
-    {
-        float x = s * scale;
-        if (softcap > 0.f) x = softcap * tanhf(x / softcap);
-        const int dist = row + offset - key;
-        return x - slope * static_cast<float>(dist < 0 ? -dist : dist);
-    }
+    float tanh_scale;  // scale / cap: what s is multiplied by inside tanh; 0 = no softcap
+    float score_log2;  // score units to log2 units: (scale or cap) log2(e)
+    float alibi;       // this head's slope in score units (slope / scale or / cap), 0 = off
+    float offset;      // seqlen_k - seqlen_q: the query row's key position minus its row
 };
+
+// Score units' factor to log2 units for the problem's variants.
+__device__ __forceinline__ float score_units_log2(const fa2_params_t &p)
+{
+    return p.softcap > 0.f ? p.softcap * kLog2e : p.scale_log2;
+}
+
+// A slope in score units, kept finite (a tiny cap could overflow it: inf * 0 would be NaN
+// on the diagonal).
+__device__ __forceinline__ float alibi_in_score_units(const fa2_params_t &p, float slope)
+{
+    const float a = slope / (p.softcap > 0.f ? p.softcap : p.softmax_scale);
+    return fmaxf(fminf(a, 3.402823466e38f), -3.402823466e38f);
+}
 
 // Query head `head`'s variants for a sequence of seqlen_q rows over seqlen_k keys.
 __device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, int head,
                                                         int seqlen_q, int seqlen_k)
 {
-    return {p.softmax_scale, p.softcap, p.alibi_slopes ? __ldg(p.alibi_slopes + head) : 0.f,
-            seqlen_k - seqlen_q};
+    return {p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f, score_units_log2(p),
+            p.alibi_slopes ? alibi_in_score_units(p, __ldg(p.alibi_slopes + head)) : 0.f,
+            static_cast<float>(seqlen_k - seqlen_q)};
 }
 
 // Head `head`'s sink in log2 units, -inf without sinks.
@@ -41,22 +53,56 @@ __device__ __forceinline__ float sink_log2(const fa2_params_t &p, int head)
     return p.sinks ? __ldg(p.sinks + head) * kLog2e : -INFINITY;
 }
 
-// The variants on Tr's tile: rows row0 + (mt, lane, e), keys key0 + (nt, lane, e).
+// s <- tanh(s tanh_scale) on every element.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_softcap(float (&s)[kMTiles][kNTiles][4], float tanh_scale)
+{
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * tanh_scale);
+}
+
+// s <- s - alibi[mt][h] |dist0[mt][h] - (column offset)|: dist0 is this thread's row
+// position (row + offset) minus its first key, the column offset nt 8 + (e & 1).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_alibi(float (&s)[kMTiles][kNTiles][4],
+                                            const float (&alibi)[kMTiles][2],
+                                            const float (&dist0)[kMTiles][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float d = dist0[mt][e >> 1] - static_cast<float>(nt * 8 + (e & 1));
+                s[mt][nt][e] = fmaf(-alibi[mt][e >> 1], fabsf(d), s[mt][nt][e]);
+            }
+}
+
+// The variants on Tr's tile: rows row0 + (mt, lane, e), keys key0 + (nt, lane, e). The
+// branches are uniform per block: a variant that is off costs a compare per tile.
 template <typename Tr>
 __device__ __forceinline__ void apply_score_variants(float (&s)[Tr::kMTiles][Tr::kNTiles][4],
                                                      const ScoreVariants &v, int row0, int key0,
                                                      int lane)
 {
+    if (v.tanh_scale != 0.f) apply_softcap(s, v.tanh_scale);
+    if (v.alibi != 0.f) {
+        float alibi[Tr::kMTiles][2], dist0[Tr::kMTiles][2];
+        const float key = static_cast<float>(key0 + 2 * (lane & 3)) - v.offset;
 #pragma unroll
-    for (int mt = 0; mt < Tr::kMTiles; ++mt)
+        for (int mt = 0; mt < Tr::kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = row0 + mt * 16 + (lane >> 2) + 8 * (e >> 1);
-                const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-                s[mt][nt][e] = v(s[mt][nt][e], row, key);
+            for (int h = 0; h < 2; ++h) {
+                alibi[mt][h] = v.alibi;
+                dist0[mt][h] = static_cast<float>(row0 + mt * 16 + (lane >> 2) + 8 * h) - key;
             }
+        apply_alibi(s, alibi, dist0);
+    }
 }
 
 }  // namespace fa2

@@ -197,16 +197,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     zero(o);
     OnlineSoftmax<1> softmax;
     softmax.init();
-    const float score_log2 = kScored ? kLog2e : p.scale_log2;
-    // This thread's two rows (lane / 4 and + 8): their query token and ALiBi slope.
-    [[maybe_unused]] int row_token[2];
-    [[maybe_unused]] float row_slope[2] = {0.f, 0.f};
+    const float score_log2 = kScored ? score_units_log2(p) : p.scale_log2;
+    // This thread's two rows (lane / 4 and + 8): ALiBi's slope in score units and the
+    // row's key position (common/score_variants.cuh).
+    [[maybe_unused]] float row_alibi[1][2] = {{0.f, 0.f}}, row_position[2];
+    [[maybe_unused]] const float tanh_scale = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
     if constexpr (kScored) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const DecodeRow row = decode_row((lane >> 2) + 8 * h, group, kv_head);
-            row_token[h] = row.token;
-            if (p.alibi_slopes) row_slope[h] = __ldg(p.alibi_slopes + row.head);
+            row_position[h] = static_cast<float>(row.token + seq.seqlen_k - seq.seqlen_q);
+            if (p.alibi_slopes)
+                row_alibi[0][h] = alibi_in_score_units(p, __ldg(p.alibi_slopes + row.head));
         }
     }
     for (int stage = 0; t < t_end; t += Tr::kWarps) {
@@ -225,18 +227,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         gemm_abt<Elem, Tr::kRowBytes, 1, Tr::kNTiles, Tr::kHeadDim / 16>(s, q_smem, k_buf(stage),
                                                                        lane);
         const int key_first = lo + t * Tr::kKeys;
-        if constexpr (kScored) {  // x = scale q.k, then softcap, then ALiBi
-#pragma unroll
-            for (int nt = 0; nt < Tr::kNTiles; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int h = e >> 1;
-                    const int key = key_first + nt * 8 + 2 * (lane & 3) + (e & 1);
-                    float x = s[0][nt][e] * p.softmax_scale;
-                    if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
-                    const int dist = row_token[h] + seq.seqlen_k - seq.seqlen_q - key;
-                    s[0][nt][e] = x - row_slope[h] * static_cast<float>(dist < 0 ? -dist : dist);
-                }
+        if constexpr (kScored) {
+            if (tanh_scale != 0.f) apply_softcap(s, tanh_scale);
+            if (p.alibi_slopes) {
+                const float key = static_cast<float>(key_first + 2 * (lane & 3));
+                const float dist0[1][2] = {{row_position[0] - key, row_position[1] - key}};
+                apply_alibi(s, row_alibi, dist0);
+            }
         }
         // Keys past the range, and a mask or window edge inside the tile (rows padded
         // past m_real compute harmless values that are never written).

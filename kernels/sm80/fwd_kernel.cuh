@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
             if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
                 apply_mask<Tr>(s, win, row_first + warp * Tr::kRowsPerWarp, key_first, lane);
             if constexpr (kScored)
-                softmax.update(s, o, kLog2e);
+                softmax.update(s, o, variants.score_log2);
             else
                 softmax.update(s, o, p.scale_log2);
 
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
 
     float inv_sum[Tr::kMTiles][2], lse[Tr::kMTiles][2];
     if constexpr (kScored)
-        softmax.finish_with_sink(kLog2e, sink_log2(p, head), inv_sum, lse);
+        softmax.finish_with_sink(variants.score_log2, sink_log2(p, head), inv_sum, lse);
     else
         softmax.finish(p.scale_log2, inv_sum, lse);
 

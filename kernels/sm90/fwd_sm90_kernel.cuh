@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
                 apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
             if constexpr (kScored)
-                softmax.update(s, o, kLog2e);
+                softmax.update(s, o, variants.score_log2);
             else
                 softmax.update(s, o, p.scale_log2);
             uint32_t pa[Tr::kBlockN / 16][4];
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
 
     float inv_sum[1][2], lse[1][2];
     if constexpr (kScored)
-        softmax.finish_with_sink(kLog2e, sink_log2(p, head), inv_sum, lse);
+        softmax.finish_with_sink(variants.score_log2, sink_log2(p, head), inv_sum, lse);
     else
         softmax.finish(p.scale_log2, inv_sum, lse);
 

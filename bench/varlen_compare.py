@@ -7,8 +7,9 @@
             (torch.ops.aten._flash_attention_forward with cum_seq_q / cum_seq_k);
   equal     the same number of sequences, all of one length: varlen against libfa2's
             dense kernel on the same work;
-  paged     a batch over a paged cache (page sizes 16 and 64; pages shuffled, then in
-            order) against the same batch with contiguous packed K/V;
+  paged     a batch over a paged cache (page sizes 16 and 64; pages shuffled, and in
+            order) against the same batch with contiguous packed K/V, timed in
+            alternating rounds;
   decode    one query token per sequence over a paged cache (page 16): time and K/V
             read rate, and with --base-lib the same step on a second build, alternating
             (what a change costs a decode step).
@@ -21,6 +22,7 @@ time_ms). Prints a table, optionally writes CSV.
 import argparse
 import os
 import random
+import statistics
 import sys
 
 import torch
@@ -29,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdpa_compare import fa2lib, time_ms, write_csv  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
+ROUNDS = 7  # alternating rounds of the paged-over-contiguous comparison
 
 
 def causal_flops(lens):
@@ -161,40 +164,56 @@ def main():
                  "dense": time_ms(lambda: dense.forward(q4, k4, v4, o4, stream=stream), [()])}
         rows.append(row(f"equal {n} x {s}: varlen over dense", causal_flops(lens), times))
 
-    # paged against contiguous packed K/V; pages shuffled over the whole cache (a
-    # long-running engine's worst case), then each sequence's pages in order (a fresh
-    # prefill's): the page lookups cost the same, the addresses' scatter differs
-    for page, order in ((16, "shuffled"), (64, "shuffled"), (16, "in order"),
-                        (64, "in order")):
+    # paged against contiguous packed K/V, one batch per page size: pages shuffled over
+    # the whole cache (a long-running engine's worst case), then each sequence's pages in
+    # order (a fresh prefill's): the same page lookups, without the addresses' scatter.
+    # Timed in alternation for ROUNDS rounds (clock drift hits all alike); the ratio is
+    # of the medians, the spread the range of the per-round ratios.
+    for page in (16, 64):
         lens = [rng.randint(512, 8192) for _ in range(16)]
         cu, q, k, v = packed_inputs(lens, dt)
-        o = torch.empty_like(q)
+        used = torch.tensor(lens, dtype=torch.int32, device="cuda")
         per_seq = max((x + page - 1) // page for x in lens)
         num_pages = len(lens) * per_seq
-        perm = (torch.randperm(num_pages, device="cuda") if order == "shuffled"
-                else torch.arange(num_pages, device="cuda"))
-        table = perm.view(len(lens), per_seq).to(torch.int32).contiguous()
-        k_cache = torch.empty(num_pages, page, HKV, D, device="cuda", dtype=dt)
-        v_cache = torch.empty_like(k_cache)
-        for b, x in enumerate(lens):  # the same keys, scattered into the pages
-            keys = torch.arange(x, device="cuda")
-            slots = table[b][keys // page].long()
-            k_cache[slots, keys % page] = k[int(cu[b]):int(cu[b]) + x]
-            v_cache[slots, keys % page] = v[int(cu[b]):int(cu[b]) + x]
-        used = torch.tensor(lens, dtype=torch.int32, device="cuda")
-        stride = k_cache.stride(0)
-        paged = Varlen(lib, q, k_cache, lens, pages=(page, num_pages, per_seq, stride, stride))
         packed = Varlen(lib, q, k, lens)
-        o2 = torch.empty_like(q)
-        paged(q, k_cache, v_cache, o, cu, None, used, table)
-        packed(q, k, v, o2, cu, cu)
-        err = ((o.float() - o2.float()).norm() / o2.float().norm()).item()
-        times = {"fa2": time_ms(lambda: paged(q, k_cache, v_cache, o, cu, None, used, table),
-                                [()]),
-                 "contiguous": time_ms(lambda: packed(q, k, v, o2, cu, cu), [()])}
-        r = row(f"paged, page {page} {order}, 16 seqs 512..8k (diff {err:.0e})",
-                causal_flops(lens), times)
-        rows.append(r)
+        o_ref = torch.empty_like(q)
+        packed(q, k, v, o_ref, cu, cu)
+        calls = {"contiguous": lambda: packed(q, k, v, o_ref, cu, cu)}
+        diffs = {}
+        for order in ("shuffled", "in order"):
+            perm = (torch.randperm(num_pages, device="cuda") if order == "shuffled"
+                    else torch.arange(num_pages, device="cuda"))
+            table = perm.view(len(lens), per_seq).to(torch.int32).contiguous()
+            k_cache = torch.empty(num_pages, page, HKV, D, device="cuda", dtype=dt)
+            v_cache = torch.empty_like(k_cache)
+            for b, x in enumerate(lens):  # the same keys, scattered into the pages
+                keys = torch.arange(x, device="cuda")
+                slots = table[b][keys // page].long()
+                k_cache[slots, keys % page] = k[int(cu[b]):int(cu[b]) + x]
+                v_cache[slots, keys % page] = v[int(cu[b]):int(cu[b]) + x]
+            stride = k_cache.stride(0)
+            paged = Varlen(lib, q, k_cache, lens, pages=(page, num_pages, per_seq, stride,
+                                                          stride))
+            o = torch.empty_like(q)
+            paged(q, k_cache, v_cache, o, cu, None, used, table)
+            diffs[order] = ((o.float() - o_ref.float()).norm() / o_ref.float().norm()).item()
+            calls[order] = (lambda paged=paged, kc=k_cache, vc=v_cache, o=o, t=table:
+                            paged(q, kc, vc, o, cu, None, used, t))
+        times = {name: [] for name in calls}
+        for _ in range(ROUNDS):
+            for name, fn in calls.items():
+                times[name].append(time_ms(fn, [()], warmup=2, iters=20))
+        fl = causal_flops(lens)
+        base = statistics.median(times["contiguous"])
+        for order in ("shuffled", "in order"):
+            t = statistics.median(times[order])
+            per_round = [c / x for c, x in zip(times["contiguous"], times[order])]
+            name = f"paged, page {page} {order}, 16 seqs 512..8k (diff {diffs[order]:.0e})"
+            print(f"{name:44} fa2 {fl / (t * 1e-3) / 1e12:7.1f}  contiguous "
+                  f"{fl / (base * 1e-3) / 1e12:7.1f}   fa2/contiguous {base / t:5.3f} "
+                  f"(rounds {min(per_round):.3f}..{max(per_round):.3f})", flush=True)
+            rows.append(dict(case=name, fa2_tflops=fl / (t * 1e-3) / 1e12,
+                             contiguous_tflops=fl / (base * 1e-3) / 1e12, ratio=base / t))
 
     for batch, keys in ((1, 8192), (16, 8192), (64, 4096)):  # paged decode, page 16
         rows.append(decode_row(lib, base, batch, keys, 16, dt))

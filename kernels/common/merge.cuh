@@ -88,32 +88,20 @@ __device__ __forceinline__ float merge_chunk(const TPart *o_part0, int64_t o_par
                                              int parts, TOut *out)
 {
     float top = -INFINITY;  // the largest LSE_i
-#pragma unroll 8
     for (int part = 0; part < parts; ++part) top = fmaxf(top, lse0[part * lse_part_stride]);
     float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     float total = -INFINITY;
     if (top != -INFINITY) {  // else every part is empty
         float sum = 0.f;
-#pragma unroll 8
         for (int part = 0; part < parts; ++part) sum += __expf(lse0[part * lse_part_stride] - top);
         total = top + __logf(sum);
-        // Parts in groups of kGroup, every load of a group issued before the first use
-        // (indices past the last part repeat it, a valid address, with weight 0); an
-        // empty part (weight 0) may hold anything, NaN included, so its product is
-        // selected away rather than multiplied by 0.
-        constexpr int kGroup = 4;
-        for (int first = 0; first < parts; first += kGroup) {
-            float x[kGroup][8], w[kGroup];
+        for (int part = 0; part < parts; ++part) {
+            const float w = __expf(lse0[part * lse_part_stride] - total);
+            if (w == 0.f) continue;  // an empty part (-inf) may hold anything
+            float x[8];
+            load8(o_part0 + part * o_part_stride, x);
 #pragma unroll
-            for (int g = 0; g < kGroup; ++g) {
-                const int part = min(first + g, parts - 1);
-                load8(o_part0 + part * o_part_stride, x[g]);
-                w[g] = first + g < parts ? __expf(lse0[part * lse_part_stride] - total) : 0.f;
-            }
-#pragma unroll
-            for (int g = 0; g < kGroup; ++g)
-#pragma unroll
-                for (int e = 0; e < 8; ++e) o[e] += w[g] != 0.f ? w[g] * x[g][e] : 0.f;
+            for (int e = 0; e < 8; ++e) o[e] += w * x[e];
         }
     }
     store8(out, o);

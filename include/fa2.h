@@ -215,9 +215,11 @@ typedef struct fa2_problem_t {
  * does) and keep the scores in units of softcap (else softmax_scale). The returned LSE
  * includes the sink; a row that sees no key has O = 0 and LSE = sink_h. The backward
  * adds softcap's derivative (1 - tanh^2) and writes dsinks_h = -sum over the batch and
- * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic. The slopes, sinks and dsinks are
- * float32 [heads_q] device tensors passed with the call (fa2_forward_with,
- * fa2_backward_with). */
+ * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic (summed in a fixed order: the same
+ * bits every run, in both modes). The slopes, sinks and dsinks are float32 [heads_q]
+ * device tensors passed with the call (fa2_forward_with, fa2_backward_with). In this
+ * version the backward runs sinks; a plan with softcap or ALiBi has none
+ * (bwd_status = FA2_ERROR_UNSUPPORTED). */
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
  * in Q, K, V and O, laid out [total_q, heads_q, head_dim] (Q, O) and [total_k,
@@ -576,7 +578,8 @@ typedef struct fa2_backward_args_t {
 FA2_API void fa2_backward_args_init(fa2_backward_args_t *args);
 
 /* fa2_backward (dense plans) or fa2_backward_varlen (packed ones) with its tensors in
- * one struct, as fa2_forward_with. */
+ * one struct, as fa2_forward_with; the only backward for a plan with sinks (sinks and
+ * dsinks required, dsinks written, 4-byte aligned, overlapping no other tensor). */
 FA2_API fa2_status_t fa2_backward_with(const fa2_plan_t *plan,
                                        const fa2_backward_args_t *args);
 

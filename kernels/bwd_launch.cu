@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 
 #include "bwd_run.h"
+#include "common/bwd_dsink.cuh"
+#include "common/launch.cuh"
 #include "sm90/bwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
 
@@ -43,7 +45,10 @@ static cudaError_t dispatch(const fa2_params_t *p, cudaStream_t s, bool &queued)
 extern "C" int fa2_bwd_launch(const fa2_params_t *p, void *stream, int *outputs_queued)
 {
     bool queued = false;
-    const cudaError_t err = dispatch(p, static_cast<cudaStream_t>(stream), queued);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaError_t err = dispatch(p, s, queued);
+    if (err == cudaSuccess && p->dsinks)  // after the D pre-pass, in stream order
+        err = fa2::launch(fa2::dsink_kernel, p->heads_q, fa2::kDsinkThreads, 0, s, *p);
     *outputs_queued = queued;
     return err;
 }

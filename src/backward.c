@@ -32,9 +32,13 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride,
                         pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride);
     case FA2_ERROR_UNSUPPORTED:
+        if (pr->page_size)
+            return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                            "a paged K/V cache (page_size=%" PRId64 ") has no backward",
+                            pr->page_size);
         return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "a paged K/V cache (page_size=%" PRId64 ") has no backward",
-                        pr->page_size);
+                        "%s has no backward in this version (sinks do)",
+                        pr->softcap != 0.0f ? "softcap" : "ALiBi");
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64
@@ -62,35 +66,63 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
     }
 }
 
-/* dQ, dK, dV and the workspace may overlap neither each other nor any input. */
+/* dQ, dK, dV, dsinks and the workspace may overlap neither each other nor any input. */
 static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q,
                                            const void *k, const void *v, const void *o,
                                            const void *d_o, const float *lse, const void *dq,
                                            const void *dk, const void *dv,
+                                           const fa2_bwd_score_tensors_t *t,
                                            const void *workspace)
 {
     const fa2_problem_t *pr = &plan->problem;
     const int64_t rows = fa2_lse_rows(pr);
-    const fa2_span_t inputs[6] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
+    const fa2_span_t inputs[7] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
                                   fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
                                   fa2_layout_span(pr, FA2_LAYOUT_V, "v", v),
                                   fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
                                   fa2_layout_span(pr, FA2_LAYOUT_O, "d_o", d_o),
-                                  fa2_bytes_span("lse", lse, rows * 4)};
-    const fa2_span_t outputs[4] = {
+                                  fa2_bytes_span("lse", lse, rows * 4),
+                                  fa2_bytes_span("sinks", t->sinks, t->sinks ? pr->heads_q * 4 : 0)};
+    const fa2_span_t outputs[5] = {
         fa2_layout_span(pr, FA2_LAYOUT_Q, "dq", dq), fa2_layout_span(pr, FA2_LAYOUT_K, "dk", dk),
         fa2_layout_span(pr, FA2_LAYOUT_V, "dv", dv),
+        fa2_bytes_span("dsinks", t->dsinks, t->dsinks ? pr->heads_q * 4 : 0),
         fa2_bytes_span("workspace", workspace, plan->bwd_workspace_bytes)};
-    return fa2_check_disjoint(outputs, 4, inputs, 6);
+    return fa2_check_disjoint(outputs, 5, inputs, 7);
 }
 
-/* fa2_backward and fa2_backward_varlen: every check, then the launches. */
-static fa2_status_t run_backward(const fa2_plan_t *plan, const void *q, const void *k,
-                                 const void *v, const void *o, const void *d_o,
-                                 const float *lse, void *dq, void *dk, void *dv,
-                                 const fa2_seq_offsets_t *offsets, void *workspace,
-                                 size_t workspace_bytes, void *stream)
+/* The sinks and their gradient against the plan: both given exactly when the plan has
+ * sinks (scores NULL: the entry point has no room for them). */
+static fa2_status_t check_backward_scores(const fa2_problem_t *pr,
+                                          const fa2_bwd_score_tensors_t *scores)
 {
+    fa2_status_t s;
+    if (!scores)
+        return pr->sinks ? fa2_fail(FA2_ERROR_UNSUPPORTED,
+                                    "the plan has sinks (problem.sinks=1): pass sinks and "
+                                    "dsinks with fa2_backward_with")
+                         : FA2_SUCCESS;
+    if ((scores->sinks || scores->dsinks) && !pr->sinks)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                        "%s is given but the plan has no sinks (problem.sinks=0)",
+                        scores->sinks ? "sinks" : "dsinks");
+    if (pr->sinks && (!scores->sinks || !scores->dsinks))
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "%s is NULL (problem.sinks=1)",
+                        !scores->sinks ? "sinks" : "dsinks");
+    if ((s = fa2_check_align("sinks", scores->sinks, 4)) ||
+        (s = fa2_check_align("dsinks", scores->dsinks, 4)))
+        return s;
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void *k,
+                              const void *v, const void *o, const void *d_o,
+                              const float *lse, void *dq, void *dk, void *dv,
+                              const fa2_seq_offsets_t *offsets,
+                              const fa2_bwd_score_tensors_t *scores, void *workspace,
+                              size_t workspace_bytes, void *stream)
+{
+    const fa2_bwd_score_tensors_t none = {NULL, NULL};
     fa2_params_t p;
     fa2_status_t s;
     int e, outputs_queued = 0;
@@ -108,8 +140,11 @@ static fa2_status_t run_backward(const fa2_plan_t *plan, const void *q, const vo
     if (plan->problem.page_size) /* a paged cache has no backward, whatever the call */
         return check_backward_supported(plan);
     if ((s = fa2_check_entry_point(plan, offsets, "fa2_backward", "fa2_backward_varlen")) ||
-        (s = check_backward_supported(plan)))
+        (s = check_backward_supported(plan)) ||
+        (s = check_backward_scores(&plan->problem, scores)))
         return s;
+    if (!scores)
+        scores = &none;
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||
         (s = fa2_check_align("d_o", d_o, 16)) || (s = fa2_check_align("lse", lse, 4)) ||
@@ -126,7 +161,8 @@ static fa2_status_t run_backward(const fa2_plan_t *plan, const void *q, const vo
                         " (plan->bwd_workspace_bytes)",
                         workspace_bytes, plan->bwd_workspace_bytes);
 
-    if ((s = check_backward_overlap(plan, q, k, v, o, d_o, lse, dq, dk, dv, workspace)))
+    if ((s = check_backward_overlap(plan, q, k, v, o, d_o, lse, dq, dk, dv, scores,
+                                    workspace)))
         return s;
     if ((s = fa2_check_device(plan, 1)))
         return s;
@@ -137,6 +173,8 @@ static fa2_status_t run_backward(const fa2_plan_t *plan, const void *q, const vo
     p.dq = dq;
     p.dk = dk;
     p.dv = dv;
+    p.sinks = scores->sinks;
+    p.dsinks = scores->dsinks;
     /* The plan's workspace layout (checked: the plan is fa2_plan's, so it fits) */
     fa2_bwd_workspace_layout(&plan->problem,
                              fa2_bwd_dq_by_atomics(plan->problem.deterministic, plan->bwd_arch,
@@ -164,8 +202,8 @@ fa2_status_t fa2_backward(const fa2_plan_t *plan, const void *q, const void *k,
                           const float *lse, void *dq, void *dk, void *dv,
                           void *workspace, size_t workspace_bytes, void *stream)
 {
-    return run_backward(plan, q, k, v, o, d_o, lse, dq, dk, dv, NULL, workspace,
-                        workspace_bytes, stream);
+    return fa2_run_backward(plan, q, k, v, o, d_o, lse, dq, dk, dv, NULL, NULL, workspace,
+                            workspace_bytes, stream);
 }
 
 fa2_status_t fa2_backward_varlen(const fa2_plan_t *plan, const void *q, const void *k,
@@ -176,6 +214,6 @@ fa2_status_t fa2_backward_varlen(const fa2_plan_t *plan, const void *q, const vo
                                  size_t workspace_bytes, void *stream)
 {
     const fa2_seq_offsets_t offsets = {cu_seqlens_q, cu_seqlens_k, seqused_k, NULL};
-    return run_backward(plan, q, k, v, o, d_o, lse, dq, dk, dv, &offsets, workspace,
-                        workspace_bytes, stream);
+    return fa2_run_backward(plan, q, k, v, o, d_o, lse, dq, dk, dv, &offsets, NULL,
+                            workspace, workspace_bytes, stream);
 }

@@ -21,14 +21,13 @@ void fa2_backward_args_init(fa2_backward_args_t *args)
     args->struct_size = sizeof *args;
 }
 
-/* The backward's score-variant tensors: none runs in a backward yet (a plan with a
- * variant has bwd_supported = 0), so each must be NULL. */
+/* ALiBi has no backward yet (such a plan has bwd_supported = 0): its slopes must be
+ * NULL. The sinks are checked against the plan by the backward. */
 static fa2_status_t check_backward_score_tensors(const fa2_backward_args_t *a)
 {
-    if (a->alibi_slopes || a->sinks || a->dsinks)
+    if (a->alibi_slopes)
         return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "%s is given but no backward runs the score variants in this version",
-                        a->alibi_slopes ? "alibi_slopes" : a->sinks ? "sinks" : "dsinks");
+                        "alibi_slopes is given but no backward runs ALiBi in this version");
     return FA2_SUCCESS;
 }
 
@@ -77,6 +76,7 @@ fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t
                         "fa2_backward_args_init)",
                         a->struct_size, sizeof(fa2_backward_args_t));
     const fa2_problem_t *p = plan_problem(plan);
+    const fa2_bwd_score_tensors_t scores = {a->sinks, a->dsinks};
     if ((s = check_backward_score_tensors(a)))
         return s;
     if (p && !p->total_q) {
@@ -84,10 +84,11 @@ fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t
             return fa2_fail(FA2_ERROR_UNSUPPORTED,
                             "a dense plan (problem.total_q=0) takes no cu_seqlens_q, "
                             "cu_seqlens_k or seqused_k");
-        return fa2_backward(plan, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk,
-                            a->dv, a->workspace, a->workspace_bytes, a->stream);
+        return fa2_run_backward(plan, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk,
+                                a->dv, NULL, &scores, a->workspace, a->workspace_bytes,
+                                a->stream);
     }
-    return fa2_backward_varlen(plan, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk,
-                               a->dv, a->cu_seqlens_q, a->cu_seqlens_k, a->seqused_k,
-                               a->workspace, a->workspace_bytes, a->stream);
+    const fa2_seq_offsets_t offsets = {a->cu_seqlens_q, a->cu_seqlens_k, a->seqused_k, NULL};
+    return fa2_run_backward(plan, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv,
+                            &offsets, &scores, a->workspace, a->workspace_bytes, a->stream);
 }

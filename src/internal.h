@@ -113,6 +113,22 @@ fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *
                              const fa2_score_tensors_t *scores, void *workspace,
                              size_t workspace_bytes, void *stream);
 
+/* The backward's score-variant tensors: the sinks and their gradient (written). */
+typedef struct fa2_bwd_score_tensors_t {
+    const float *sinks;
+    float *dsinks;
+} fa2_bwd_score_tensors_t;
+
+/* The backward: every check, then the launches. offsets NULL: a dense call; scores
+ * NULL: an entry point without the score variants' tensors (fa2_backward,
+ * fa2_backward_varlen). */
+fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void *k,
+                              const void *v, const void *o, const void *d_o,
+                              const float *lse, void *dq, void *dk, void *dv,
+                              const fa2_seq_offsets_t *offsets,
+                              const fa2_bwd_score_tensors_t *scores, void *workspace,
+                              size_t workspace_bytes, void *stream);
+
 /* After the plan's own checks: the entry point suits the plan, a dense call a dense
  * plan and a packed call a packed one (FA2_ERROR_UNSUPPORTED, naming `dense_call` or
  * `packed_call`, the one to use); the arrays the plan reads are given

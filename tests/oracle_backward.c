@@ -186,3 +186,14 @@ int oracle_backward_rounded(const fa2_problem_t *p, const float *q, const float 
 {
     return backward(p, NULL, q, k, v, d_o, 1, dq, dk, dv, NULL);
 }
+
+int oracle_backward_scored_rounded(const fa2_problem_t *p, const oracle_score_t *mod,
+                                   const float *q, const float *k, const float *v,
+                                   const float *d_o, double *dq, double *dk, double *dv,
+                                   double *dsinks)
+{
+    if (dsinks)
+        for (int64_t h = 0; h < p->heads_q; ++h)
+            dsinks[h] = 0.0;
+    return backward(p, mod, q, k, v, d_o, 1, dq, dk, dv, dsinks);
+}

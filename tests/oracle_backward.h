@@ -44,4 +44,11 @@ int oracle_backward_rounded(const fa2_problem_t *p, const float *q, const float 
                             const float *v, const float *d_o, double *dq, double *dk,
                             double *dv);
 
+/* oracle_backward_rounded with the score variants (and the sinks' gradient, from the
+ * rounded intermediates): their yardstick. */
+int oracle_backward_scored_rounded(const fa2_problem_t *p, const oracle_score_t *mod,
+                                   const float *q, const float *k, const float *v,
+                                   const float *d_o, double *dq, double *dk, double *dv,
+                                   double *dsinks);
+
 #endif

@@ -450,10 +450,17 @@ class Errors(unittest.TestCase):
         code, msg = status(c.fa2_forward_with, ctypes.byref(fwd))
         self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
         self.assertIn("dense plan", msg)
+        bwd.q = bwd.k = bwd.v = bwd.o = bwd.d_o = bwd.lse = ALIGNED
+        bwd.dq = bwd.dk = bwd.dv = ALIGNED
         bwd.dsinks = ALIGNED
         code, msg = status(c.fa2_backward_with, ctypes.byref(bwd))
         self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
-        self.assertIn("dsinks", msg)
+        self.assertIn("dsinks is given but the plan has no sinks", msg)
+        bwd.dsinks, bwd.alibi_slopes = None, ALIGNED
+        code, msg = status(c.fa2_backward_with, ctypes.byref(bwd))
+        self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
+        self.assertIn("no backward runs ALiBi", msg)
+        bwd.alibi_slopes = None
         for field, value, cls, fragment in (
                 ("softcap", float("nan"), fa2.Fa2BadScale, "softcap=nan"),
                 ("softcap", -1.0, fa2.Fa2BadScale, "softcap=-1"),
@@ -483,6 +490,25 @@ class Errors(unittest.TestCase):
                 (a, a + 2, fa2.FA2_ERROR_MISALIGNED, "sinks")):
             fwd.alibi_slopes, fwd.sinks = slopes, sinks
             code, msg = status(c.fa2_forward_with, ctypes.byref(fwd), plan)
+            self.assertEqual(code, want, fragment)
+            self.assertIn(fragment, msg)
+
+        # A plan with sinks alone has a backward, through fa2_backward_with only, which
+        # needs the sinks and their gradient.
+        sinks_only = problem()
+        sinks_only.sinks = 1
+        plan = fa2.plan(sinks_only, device())
+        self.assertEqual((plan.bwd_supported, plan.bwd_status), (1, fa2.FA2_SUCCESS))
+        self.expect(fa2.Fa2Unsupported, "fa2_backward_with", plan.backward,
+                    a, a, a, a, a, a, a, a, a, a)
+        c.fa2_backward_args_init(ctypes.byref(bwd))
+        bwd.q = bwd.k = bwd.v = bwd.o = bwd.d_o = bwd.lse = bwd.dq = bwd.dk = bwd.dv = a
+        for sinks, dsinks, want, fragment in (
+                (None, a, fa2.FA2_ERROR_NULL_POINTER, "sinks is NULL"),
+                (a, None, fa2.FA2_ERROR_NULL_POINTER, "dsinks is NULL"),
+                (a, a + 2, fa2.FA2_ERROR_MISALIGNED, "dsinks")):
+            bwd.sinks, bwd.dsinks = sinks, dsinks
+            code, msg = status(c.fa2_backward_with, ctypes.byref(bwd), plan)
             self.assertEqual(code, want, fragment)
             self.assertIn(fragment, msg)
 

@@ -27,6 +27,7 @@
 #include "fa2.h"
 #include "gpu_tensor.h"
 #include "oracle.h"
+#include "oracle_backward.h"
 
 static fa2_device_info_t g_info;
 static uint64_t g_seed;
@@ -177,6 +178,158 @@ static void test_scored_limits(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* The backward with sinks (the only variant with one so far): forward and backward
+ * through the _with calls, dQ, dK, dV and dsinks against oracle_backward_scored. One
+ * head's sink is -inf (no sink: dsinks 0 there). Bound per tensor as the backward tests:
+ * relative L2 error within max(2 x a same-precision naive backward's, 1e-2 bf16 /
+ * 2e-3 fp16). dQ, dK, dV and dsinks poisoned first; a second backward must give the
+ * same dsinks bits (a fixed-order sum in both modes), and in deterministic mode the
+ * same dQ, dK, dV bits. */
+static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t sk,
+                              int64_t hq, int64_t hkv, int64_t d, int causal, int det,
+                              const fa2_device_info_t *info)
+{
+    fa2_problem_t p;
+    fa2_problem_init(&p, dt, b, sq, sk, hq, hkv, d);
+    p.causal = causal;
+    p.deterministic = det;
+    p.sinks = 1;
+    printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
+           " d=%" PRId64 " causal=%d det=%d sinks backward", index, dt == BF16 ? "bf16" : "fp16",
+           b, sq, sk, hq, hkv, d, causal, det);
+    fa2_plan_t plan;
+    fa2_status_t st = fa2_plan(&p, info, &plan);
+    if (st != FA2_SUCCESS || !plan.bwd_supported) {
+        printf(" : fa2_plan: %s (%s), bwd_supported %d FAIL\n", fa2_status_string(st),
+               fa2_last_error(), (int)plan.bwd_supported);
+        return 0;
+    }
+    printf(" [bwd_arch %d]", (int)plan.bwd_arch);
+    const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d, nl = b * hq * sq;
+    const int64_t n[3] = {nq, nk, nk};
+    float *qv = malloc(sizeof(float) * nq), *kv = malloc(sizeof(float) * nk),
+          *vv = malloc(sizeof(float) * nk), *dov = malloc(sizeof(float) * nq), sinks[64];
+    uint16_t *qb = malloc(2 * nq), *kb = malloc(2 * nk), *vb = malloc(2 * nk),
+             *dob = malloc(2 * nq), *gb = malloc(2 * (nq > nk ? nq : nk)),
+             *again = malloc(2 * (nq > nk ? nq : nk));
+    double *want[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk),
+                       malloc(sizeof(double) * nk)},
+           *ref[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk),
+                      malloc(sizeof(double) * nk)},
+           *got = malloc(sizeof(double) * (nq > nk ? nq : nk)), want_ds[64], ref_ds[64],
+           got_ds[64];
+    assert_true(qv && kv && vv && dov && qb && kb && vb && dob && gb && again && got);
+    assert_true(want[0] && want[1] && want[2] && ref[0] && ref[1] && ref[2] && hq <= 64);
+    oracle_rng_t rng = case_rng(g_seed, index);
+    fill_rounded(qv, qb, nq, &rng, dt);
+    fill_rounded(kv, kb, nk, &rng, dt);
+    fill_rounded(vv, vb, nk, &rng, dt);
+    fill_rounded(dov, dob, nq, &rng, dt);
+    for (int64_t h = 0; h < hq; ++h)
+        sinks[h] = h == 1 ? -INFINITY : oracle_rng_uniform(&rng, -3.0f, 6.0f);
+    void *dq_in = device_buffer(qb, 2 * nq), *dk_in = device_buffer(kb, 2 * nk),
+         *dv_in = device_buffer(vb, 2 * nk), *d_do = device_buffer(dob, 2 * nq),
+         *d_o = device_buffer(NULL, 2 * nq), *fws = device_buffer(NULL, plan.workspace_bytes),
+         *bws = device_buffer(NULL, (size_t)plan.bwd_workspace_bytes),
+         *grad[3] = {device_buffer(NULL, 2 * nq), device_buffer(NULL, 2 * nk),
+                     device_buffer(NULL, 2 * nk)};
+    float *dlse = device_buffer(NULL, sizeof(float) * nl),
+          *dsinks_in = device_buffer(sinks, sizeof(float) * hq),
+          *dds = device_buffer(NULL, sizeof(float) * hq), ds1[64], ds2[64];
+    fa2_forward_args_t fa;
+    fa2_forward_args_init(&fa);
+    fa.q = dq_in, fa.k = dk_in, fa.v = dv_in, fa.o = d_o, fa.lse = dlse, fa.sinks = dsinks_in;
+    fa.workspace = fws, fa.workspace_bytes = (size_t)plan.workspace_bytes;
+    assert_int_equal(fa2_forward_with(&plan, &fa), FA2_SUCCESS);
+    fa2_backward_args_t ba;
+    fa2_backward_args_init(&ba);
+    ba.q = dq_in, ba.k = dk_in, ba.v = dv_in, ba.o = d_o, ba.d_o = d_do, ba.lse = dlse;
+    ba.dq = grad[0], ba.dk = grad[1], ba.dv = grad[2], ba.sinks = dsinks_in, ba.dsinks = dds;
+    ba.workspace = bws, ba.workspace_bytes = (size_t)plan.bwd_workspace_bytes;
+    st = fa2_backward_with(&plan, &ba);
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_backward_with: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
+        assert_true(0);
+    }
+    assert_int_equal(cudaMemcpy(ds1, dds, sizeof(float) * hq, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    const oracle_score_t mod = {0.0, NULL, sinks};
+    assert_int_equal(oracle_backward_scored(&p, &mod, qv, kv, vv, dov, want[0], want[1],
+                                            want[2], want_ds), 0);
+    assert_int_equal(oracle_backward_scored_rounded(&p, &mod, qv, kv, vv, dov, ref[0], ref[1],
+                                                    ref[2], ref_ds), 0);
+    const char *names[3] = {"dQ", "dK", "dV"};
+    const double floor = dt == BF16 ? 1e-2 : 2e-3;
+    int pass = 1, same = 1;
+    for (int t = 0; t < 3; ++t) {
+        int64_t nonfinite = 0;
+        assert_int_equal(cudaMemcpy(gb, grad[t], 2 * n[t], cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int64_t i = 0; i < n[t]; ++i) {
+            got[i] = oracle_float_from_bits(gb[i], dt);
+            nonfinite += !isfinite(got[i]);
+        }
+        const double err = oracle_rel_l2(got, want[t], (size_t)n[t]),
+                     bound = fmax(2.0 * oracle_rel_l2(ref[t], want[t], (size_t)n[t]), floor);
+        pass &= err <= bound && nonfinite == 0;
+        printf(" %s %.2e (bound %.2e)", names[t], err, bound);
+    }
+    for (int64_t h = 0; h < hq; ++h)
+        got_ds[h] = ds1[h];
+    const double ds_err = oracle_rel_l2(got_ds, want_ds, (size_t)hq),
+                 ds_bound = fmax(2.0 * oracle_rel_l2(ref_ds, want_ds, (size_t)hq), floor);
+    pass &= ds_err <= ds_bound && got_ds[1] == 0.0;
+    printf(" dsinks %.2e (bound %.2e, no-sink head %g)", ds_err, ds_bound, got_ds[1]);
+    /* again: dsinks bit-identical; dQ, dK, dV too in deterministic mode */
+    uint16_t *first = malloc(2 * (nq + 2 * nk));
+    assert_true(first != NULL);
+    for (int t = 0, off = 0; t < 3; off += (int)n[t], ++t)
+        assert_int_equal(cudaMemcpy(first + off, grad[t], 2 * n[t], cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+    assert_int_equal(fa2_backward_with(&plan, &ba), FA2_SUCCESS);
+    assert_int_equal(cudaMemcpy(ds2, dds, sizeof(float) * hq, cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    same &= memcmp(ds1, ds2, sizeof(float) * hq) == 0;
+    if (det)
+        for (int t = 0, off = 0; t < 3; off += (int)n[t], ++t) {
+            assert_int_equal(cudaMemcpy(again, grad[t], 2 * n[t], cudaMemcpyDeviceToHost),
+                             cudaSuccess);
+            same &= memcmp(again, first + off, 2 * n[t]) == 0;
+        }
+    printf(" rerun %s %s\n", same ? "bit-identical" : "DIFFERS", pass && same ? "PASS" : "FAIL");
+    free(first);
+    cudaFree(dq_in), cudaFree(dk_in), cudaFree(dv_in), cudaFree(d_do), cudaFree(d_o);
+    cudaFree(fws), cudaFree(bws), cudaFree(dlse), cudaFree(dsinks_in), cudaFree(dds);
+    for (int t = 0; t < 3; ++t)
+        cudaFree(grad[t]), free(want[t]), free(ref[t]);
+    free(qv), free(kv), free(vv), free(dov), free(qb), free(kb), free(vb), free(dob);
+    free(gb), free(again), free(got);
+    return pass && same;
+}
+
+/* Both backward modes and kernel families (this device, the 99 KiB record), GQA, the
+ * head-dim buckets, causal with q > k (rows that see no key: their LSE is the sink). */
+static void test_sinks_backward(void **state)
+{
+    (void)state;
+    static const int64_t dims[] = {64, 96, 128, 256};
+    const fa2_device_info_t consumer = consumer_device_info(&g_info);
+    long index = 600, failed = 0, run = 0;
+    for (int device = 0; device < 2; ++device)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+            for (int det = 0; det < 2; ++det, ++index) {
+                if (g_only >= 0 && g_only != index)
+                    continue;
+                const int causal = (int)((di + (size_t)det) % 2);
+                failed += !run_sinks_backward(index, (di + (size_t)device) % 2 ? FP16 : BF16,
+                                              2, causal ? 190 : 77, causal ? 150 : 260, 4, 2,
+                                              dims[di], causal, det,
+                                              device ? &consumer : &g_info);
+                ++run;
+            }
+    printf("%ld of %ld sinks backward cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    assert_int_equal(failed, 0);
+}
+
 int main(void)
 {
     const int setup = gpu_test_setup("scored", &g_info, &g_seed, &g_only);
@@ -185,6 +338,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scored_dense),
         cmocka_unit_test(test_scored_limits),
+        cmocka_unit_test(test_sinks_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -93,11 +93,12 @@ typedef struct fa2_params_t {
     float *o_accum;
     float *lse_accum;
 
-    /* The score variants (include/fa2.h; forward kernels only, so far): softcap 0 =
-       off; the per-head tensors NULL = off. */
+    /* The score variants (include/fa2.h; the backward runs sinks only, so far):
+       softcap 0 = off; the per-head tensors NULL = off. */
     float softcap;
     const float *alibi_slopes; /* [heads_q] */
     const float *sinks;        /* [heads_q], natural log units */
+    float *dsinks;             /* backward with sinks: [heads_q], written */
 } fa2_params_t;
 
 /* The window the kernels run: -1 (unbounded) when it reaches past every key anyway

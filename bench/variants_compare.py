@@ -33,6 +33,7 @@ def plan_with(lib, q, k, causal, **fields):
 
 
 def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
+    """Each variant's forward (and, prefill, the sinks' backward) over the plain one's."""
     dt = torch.bfloat16
     sets = []
     for _ in range(3):
@@ -58,6 +59,8 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
         for i, fn in enumerate(runs):
             times[i].append(time_ms(fn, sets, warmup=2, iters=iters))
     rows = []
+    if sq > 1:
+        rows += sinks_backward(lib, name, sets, plain, causal, sinks, rounds, iters)
     base = statistics.median(times[0])
     print(f"{name}: plain {base * 1e3:.1f} us (decode splits {plain.decode_splits})")
     for (variant, _), t in zip(VARIANTS, times[1:]):
@@ -69,6 +72,34 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
                          variant_us=round(statistics.median(t) * 1e3, 2),
                          ratio=round(cost, 4)))
     return rows
+
+
+def sinks_backward(lib, name, sets, plain, causal, sinks, rounds, iters):
+    """The backward with sinks (the one variant with a backward) against the plain one."""
+    q0, k0 = sets[0][0], sets[0][1]
+    scored = plan_with(lib, q0, k0, causal, sinks=1)
+    bsets = []
+    for q, k, v, o in sets:
+        lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda", dtype=torch.float32)
+        plain.forward(q, k, v, o, lse)
+        ws = torch.empty(max(plain.bwd_workspace_bytes, scored.bwd_workspace_bytes),
+                         dtype=torch.uint8, device="cuda")
+        bsets.append((q, k, v, o, torch.randn_like(q), lse, torch.empty_like(q),
+                      torch.empty_like(k), torch.empty_like(v), ws))
+    dsinks = torch.empty_like(sinks)
+    runs = [lambda *a: plain.backward(*a),
+            lambda *a: scored.backward_with(*a, sinks=sinks, dsinks=dsinks)]
+    times = [[] for _ in runs]
+    for _ in range(rounds):
+        for i, fn in enumerate(runs):
+            times[i].append(time_ms(fn, bsets, warmup=2, iters=iters))
+    per_round = [a / b for a, b in zip(times[1], times[0])]
+    cost = statistics.median(times[1]) / statistics.median(times[0])
+    print(f"variant {'sinks bwd':10s} {name:34s} time / plain {cost:.3f} "
+          f"(rounds {min(per_round):.3f}..{max(per_round):.3f})")
+    return [dict(shape=name, variant="sinks backward",
+                 plain_us=round(statistics.median(times[0]) * 1e3, 2),
+                 variant_us=round(statistics.median(times[1]) * 1e3, 2), ratio=round(cost, 4))]
 
 
 def main():

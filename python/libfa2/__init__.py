@@ -736,6 +736,27 @@ class Plan:
         self.lib.check(self.lib.cdll.fa2_forward_with(ctypes.byref(self.raw), ctypes.byref(args)),
                        "fa2_forward_with")
 
+    def backward_with(self, q, k, v, o, d_o, lse, dq, dk, dv, workspace, cu_seqlens_q=None,
+                      cu_seqlens_k=None, seqused_k=None, sinks=None, dsinks=None,
+                      workspace_bytes=None, stream=None):
+        """fa2_backward_with: any plan's backward, with the sinks (float32 [heads_q]) and
+        their gradient dsinks (written) when the plan has sinks."""
+        if workspace_bytes is None:
+            workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) \
+                else self.raw.bwd_workspace_bytes
+        args = BackwardArgs()
+        self.lib.cdll.fa2_backward_args_init(ctypes.byref(args))
+        for name, value in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse),
+                            ("dq", dq), ("dk", dk), ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
+                            ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
+                            ("sinks", sinks), ("dsinks", dsinks), ("workspace", workspace)):
+            setattr(args, name, _ptr(value))
+        args.workspace_bytes = workspace_bytes
+        args.stream = _stream(stream)
+        self.lib.check(self.lib.cdll.fa2_backward_with(ctypes.byref(self.raw),
+                                                       ctypes.byref(args)),
+                       "fa2_backward_with")
+
     def varlen_check(self, workspace, workspace_bytes=None):
         """fa2_varlen_check: the metadata checks the last forward_varlen with this plan
         and workspace wrote (synchronous: call once that work has finished). Returns

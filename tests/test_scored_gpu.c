@@ -274,8 +274,8 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
     }
     /* dsinks_h sums -P_sink D_i over rows whose D = dO . O cancels: its error is judged
      * against the terms' scale S_h = sum_i P_sink,i sum_c |dO_ic O_ic| (from the GPU's O
-     * and LSE), within 4 roundings of the dtype (O's rounding moves each D_i by up to
-     * one rounding of that sum). */
+     * and LSE), within one rounding of the dtype (O's rounding alone can move each D_i
+     * by that much; measured on the H200: below 1/60 of it). */
     uint16_t *o_bits = malloc(2 * nq);
     float *lse_h = malloc(sizeof(float) * nl);
     assert_true(o_bits && lse_h);
@@ -298,9 +298,9 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
         const double e = fabs(ds1[h] - want_ds[h]);
         ds_worst = fmax(ds_worst, scale > 0.0 ? e / scale : (e > 0.0 ? INFINITY : 0.0));
     }
-    pass &= ds_worst <= 4.0 * unit && ds1[1] == 0.0f;
+    pass &= ds_worst <= unit && ds1[1] == 0.0f;
     printf(" dsinks %.2e of the terms' scale (bound %.2e, no-sink head %g)", ds_worst,
-           4.0 * unit, (double)ds1[1]);
+           unit, (double)ds1[1]);
     free(o_bits), free(lse_h);
     /* again: dsinks bit-identical; dQ, dK, dV too in deterministic mode */
     uint16_t *first = malloc(2 * (nq + 2 * nk));

@@ -24,6 +24,12 @@ struct ScoreVariants {
     float offset;      // seqlen_k - seqlen_q: the query row's key position minus its row
 };
 
+// Whether a forward runs the kScored kernel instances: any variant is on.
+inline bool forward_scored(const fa2_params_t &p)
+{
+    return p.softcap != 0.f || p.alibi_slopes || p.sinks;
+}
+
 // Score units' factor to log2 units for the problem's variants.
 __device__ __forceinline__ float score_units_log2(const fa2_params_t &p)
 {

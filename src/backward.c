@@ -76,17 +76,18 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
 {
     const fa2_problem_t *pr = &plan->problem;
     const int64_t rows = fa2_lse_rows(pr);
+    const int64_t per_head = pr->heads_q * 4; /* sinks, dsinks: float [heads_q] */
     const fa2_span_t inputs[7] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
                                   fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
                                   fa2_layout_span(pr, FA2_LAYOUT_V, "v", v),
                                   fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
                                   fa2_layout_span(pr, FA2_LAYOUT_O, "d_o", d_o),
                                   fa2_bytes_span("lse", lse, rows * 4),
-                                  fa2_bytes_span("sinks", t->sinks, t->sinks ? pr->heads_q * 4 : 0)};
+                                  fa2_bytes_span("sinks", t->sinks, t->sinks ? per_head : 0)};
     const fa2_span_t outputs[5] = {
         fa2_layout_span(pr, FA2_LAYOUT_Q, "dq", dq), fa2_layout_span(pr, FA2_LAYOUT_K, "dk", dk),
         fa2_layout_span(pr, FA2_LAYOUT_V, "dv", dv),
-        fa2_bytes_span("dsinks", t->dsinks, t->dsinks ? pr->heads_q * 4 : 0),
+        fa2_bytes_span("dsinks", t->dsinks, t->dsinks ? per_head : 0),
         fa2_bytes_span("workspace", workspace, plan->bwd_workspace_bytes)};
     return fa2_check_disjoint(outputs, 5, inputs, 7);
 }

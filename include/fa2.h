@@ -218,8 +218,8 @@ typedef struct fa2_problem_t {
  * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic (summed in a fixed order: the same
  * bits every run, in both modes). The slopes, sinks and dsinks are float32 [heads_q]
  * device tensors passed with the call (fa2_forward_with, fa2_backward_with). In this
- * version the backward runs sinks; a plan with softcap or ALiBi has none
- * (bwd_status = FA2_ERROR_UNSUPPORTED). */
+ * version the backward runs sinks in dense batches; a plan with softcap or ALiBi, or
+ * with sinks in a packed batch, has none (bwd_status = FA2_ERROR_UNSUPPORTED). */
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
  * in Q, K, V and O, laid out [total_q, heads_q, head_dim] (Q, O) and [total_k,

@@ -36,9 +36,14 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
             return fa2_fail(FA2_ERROR_UNSUPPORTED,
                             "a paged K/V cache (page_size=%" PRId64 ") has no backward",
                             pr->page_size);
+        if (pr->softcap != 0.0f || pr->alibi)
+            return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                            "%s has no backward in this version (sinks do)",
+                            pr->softcap != 0.0f ? "softcap" : "ALiBi");
         return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "%s has no backward in this version (sinks do)",
-                        pr->softcap != 0.0f ? "softcap" : "ALiBi");
+                        "sinks in a packed batch (total_q=%" PRId64 ") have no backward in "
+                        "this version (a dense batch's do)",
+                        pr->total_q);
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64

@@ -495,6 +495,10 @@ class Errors(unittest.TestCase):
 
         # A plan with sinks alone has a backward, through fa2_backward_with only, which
         # needs the sinks and their gradient.
+        packed = fa2.make_varlen_problem(fa2.DTYPE_BF16, 100, 100, 8, 8, 64, batch=2,
+                                         max_seqlen_q=60, max_seqlen_k=60)
+        packed.sinks = 1
+        self.assertEqual(fa2.plan(packed, device()).bwd_status, fa2.FA2_ERROR_UNSUPPORTED)
         sinks_only = problem()
         sinks_only.sinks = 1
         plan = fa2.plan(sinks_only, device())

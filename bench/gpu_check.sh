@@ -25,6 +25,8 @@
 #                    with FA2_BASELINE those A/B against the baseline); varlen.log
 #   FA2_DECODE=1     also run bench/decode_compare.py (decode steps against SDPA flash and
 #                    cuDNN, and the copy bandwidth); decode.log
+#   FA2_COMBINE=1    also run bench/combine_compare.py (fa2_combine on engine-like shapes;
+#                    with FA2_BASELINE, A/B against the baseline); combine.log
 #   FA2_VARIANTS=1   also run bench/variants_compare.py (each score variant's forward
 #                    against the plain plan's, prefill and decode); variants.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
@@ -132,6 +134,13 @@ if [ "${FA2_VARLEN:-0}" = 1 ]; then
         --csv "$OUT/varlen.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
 fi
 
+if [ "${FA2_COMBINE:-0}" = 1 ]; then
+    : >"$OUT/combine.log"
+    # shellcheck disable=SC2046  # with FA2_BASELINE: A/B against it
+    run_step combine "$OUT/combine.log" python3 bench/combine_compare.py --lib "$BUILD/libfa2.so" \
+        --csv "$OUT/combine.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
+fi
+
 if [ "${FA2_VARIANTS:-0}" = 1 ]; then
     : >"$OUT/variants.log"
     run_step variants "$OUT/variants.log" python3 bench/variants_compare.py --lib "$BUILD/libfa2.so" \
@@ -195,6 +204,10 @@ fi
     if [ -s "$OUT/varlen.log" ]; then
         echo "varlen: (TFLOP/s)"
         grep -E "^(varlen|equal|paged|decode) " "$OUT/varlen.log" | sed 's/^/        /'
+    fi
+    if [ -s "$OUT/combine.log" ]; then
+        echo "combine: (fa2_combine, fp32 parts to bf16)"
+        grep -E "^combine " "$OUT/combine.log" | sed 's/^/        /'
     fi
     if [ -s "$OUT/variants.log" ]; then
         echo "variants: (forward time over the plain plan's)"

@@ -1488,13 +1488,14 @@ def _identity_table(batch, device):
     return table
 
 
-def combine(o_parts, lse_parts, out_dtype=None, *, return_lse=True):
+def combine(o_parts, lse_parts, out_dtype=None, *, return_lse=True, lib=None):
     """fa2_combine on torch tensors: N partial results of attention over separate key
     ranges, o_parts [N, rows, heads, head_dim] (float32, float16 or bfloat16, last dim
     contiguous, other strides free) and lse_parts float32 [N, heads, rows] (natural log,
     as libfa2 returns it; -inf: the part saw no key), merged into the attention over all
     the keys: o [rows, heads, head_dim] of out_dtype (default: o_parts' dtype) and, with
-    return_lse, lse float32 [heads, rows]. Asynchronous on the current stream."""
+    return_lse, lse float32 [heads, rows]. Asynchronous on the current stream. lib: the
+    Library to call (default: library())."""
     torch = _torch()
     dtypes = {torch.float32: DTYPE_FP32, torch.float16: DTYPE_FP16,
               torch.bfloat16: DTYPE_BF16}
@@ -1512,7 +1513,7 @@ def combine(o_parts, lse_parts, out_dtype=None, *, return_lse=True):
         raise Fa2ShapeError(f"out_dtype={out_dtype}: float32, float16 or bfloat16")
     if o_parts.stride(-1) != 1:
         o_parts = o_parts.contiguous()
-    lib = library()
+    lib = lib or library()
     p = CombineProblem()
     lib.cdll.fa2_combine_problem_init(ctypes.byref(p), dtypes[o_parts.dtype], dtypes[out_dtype],
                                       n, rows, heads, d)

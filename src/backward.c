@@ -76,7 +76,7 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
                                            const void *k, const void *v, const void *o,
                                            const void *d_o, const float *lse, const void *dq,
                                            const void *dk, const void *dv,
-                                           const fa2_bwd_score_tensors_t *t,
+                                           const fa2_score_tensors_t *t,
                                            const void *workspace)
 {
     const fa2_problem_t *pr = &plan->problem;
@@ -97,38 +97,14 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
     return fa2_check_disjoint(outputs, 5, inputs, 7);
 }
 
-/* The sinks and their gradient against the plan: both given exactly when the plan has
- * sinks (scores NULL: the entry point has no room for them). */
-static fa2_status_t check_backward_scores(const fa2_problem_t *pr,
-                                          const fa2_bwd_score_tensors_t *scores)
-{
-    fa2_status_t s;
-    if (!scores)
-        return pr->sinks ? fa2_fail(FA2_ERROR_UNSUPPORTED,
-                                    "the plan has sinks (problem.sinks=1): pass sinks and "
-                                    "dsinks with fa2_backward_with")
-                         : FA2_SUCCESS;
-    if ((scores->sinks || scores->dsinks) && !pr->sinks)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "%s is given but the plan has no sinks (problem.sinks=0)",
-                        scores->sinks ? "sinks" : "dsinks");
-    if (pr->sinks && (!scores->sinks || !scores->dsinks))
-        return fa2_fail(FA2_ERROR_NULL_POINTER, "%s is NULL (problem.sinks=1)",
-                        !scores->sinks ? "sinks" : "dsinks");
-    if ((s = fa2_check_align("sinks", scores->sinks, 4)) ||
-        (s = fa2_check_align("dsinks", scores->dsinks, 4)))
-        return s;
-    return FA2_SUCCESS;
-}
-
 fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void *k,
                               const void *v, const void *o, const void *d_o,
                               const float *lse, void *dq, void *dk, void *dv,
                               const fa2_seq_offsets_t *offsets,
-                              const fa2_bwd_score_tensors_t *scores, void *workspace,
+                              const fa2_score_tensors_t *scores, void *workspace,
                               size_t workspace_bytes, void *stream)
 {
-    const fa2_bwd_score_tensors_t none = {NULL, NULL};
+    const fa2_score_tensors_t none = {NULL, NULL, NULL};
     fa2_params_t p;
     fa2_status_t s;
     int e, outputs_queued = 0;
@@ -147,7 +123,7 @@ fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void 
         return check_backward_supported(plan);
     if ((s = fa2_check_entry_point(plan, offsets, "fa2_backward", "fa2_backward_varlen")) ||
         (s = check_backward_supported(plan)) ||
-        (s = check_backward_scores(&plan->problem, scores)))
+        (s = fa2_check_score_tensors(&plan->problem, scores, 1, "fa2_backward_with")))
         return s;
     if (!scores)
         scores = &none;

@@ -31,6 +31,19 @@ static fa2_status_t check_backward_score_tensors(const fa2_backward_args_t *a)
     return FA2_SUCCESS;
 }
 
+/* args NULL or its struct_size not `size` (not from `init`): the failure, else 0. */
+static fa2_status_t check_args(const void *args, size_t struct_size, size_t size,
+                               const char *init)
+{
+    if (!args)
+        return fa2_fail(FA2_ERROR_NULL_POINTER, "args is NULL");
+    if (struct_size != size)
+        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
+                        "args->struct_size=%zu, expected %zu (set it with %s)", struct_size,
+                        size, init);
+    return FA2_SUCCESS;
+}
+
 /* The plan's problem when the plan looks like one from fa2_plan (else NULL: the call
  * it is handed to reports it). */
 static const fa2_problem_t *plan_problem(const fa2_plan_t *plan)
@@ -40,16 +53,12 @@ static const fa2_problem_t *plan_problem(const fa2_plan_t *plan)
 
 fa2_status_t fa2_forward_with(const fa2_plan_t *plan, const fa2_forward_args_t *a)
 {
+    fa2_status_t s;
     fa2_clear_error();
-    if (!a)
-        return fa2_fail(FA2_ERROR_NULL_POINTER, "args is NULL");
-    if (a->struct_size != sizeof(fa2_forward_args_t))
-        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
-                        "args->struct_size=%zu, expected %zu (set it with "
-                        "fa2_forward_args_init)",
-                        a->struct_size, sizeof(fa2_forward_args_t));
+    if ((s = check_args(a, a ? a->struct_size : 0, sizeof *a, "fa2_forward_args_init")))
+        return s;
     const fa2_problem_t *p = plan_problem(plan);
-    const fa2_score_tensors_t scores = {a->alibi_slopes, a->sinks};
+    const fa2_score_tensors_t scores = {a->alibi_slopes, a->sinks, NULL};
     if (p && !p->total_q) {
         if (a->cu_seqlens_q || a->cu_seqlens_k || a->seqused_k || a->page_table)
             return fa2_fail(FA2_ERROR_UNSUPPORTED,
@@ -68,17 +77,11 @@ fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t
 {
     fa2_status_t s;
     fa2_clear_error();
-    if (!a)
-        return fa2_fail(FA2_ERROR_NULL_POINTER, "args is NULL");
-    if (a->struct_size != sizeof(fa2_backward_args_t))
-        return fa2_fail(FA2_ERROR_STRUCT_SIZE,
-                        "args->struct_size=%zu, expected %zu (set it with "
-                        "fa2_backward_args_init)",
-                        a->struct_size, sizeof(fa2_backward_args_t));
-    const fa2_problem_t *p = plan_problem(plan);
-    const fa2_bwd_score_tensors_t scores = {a->sinks, a->dsinks};
-    if ((s = check_backward_score_tensors(a)))
+    if ((s = check_args(a, a ? a->struct_size : 0, sizeof *a, "fa2_backward_args_init")) ||
+        (s = check_backward_score_tensors(a)))
         return s;
+    const fa2_problem_t *p = plan_problem(plan);
+    const fa2_score_tensors_t scores = {NULL, a->sinks, a->dsinks};
     if (p && !p->total_q) {
         if (a->cu_seqlens_q || a->cu_seqlens_k || a->seqused_k)
             return fa2_fail(FA2_ERROR_UNSUPPORTED,

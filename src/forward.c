@@ -93,34 +93,6 @@ static fa2_status_t check_forward_overlap(const fa2_plan_t *plan, const void *q,
     return fa2_check_disjoint(outputs, 3, inputs, 3 + FA2_OFFSET_SPANS);
 }
 
-/* The score variants' tensors against the plan's variants: each given exactly when the
- * plan has its variant (scores NULL: the entry point has none to give). */
-static fa2_status_t check_score_tensors(const fa2_problem_t *pr,
-                                        const fa2_score_tensors_t *scores)
-{
-    const fa2_score_tensors_t none = {NULL, NULL};
-    const fa2_score_tensors_t *t = scores ? scores : &none;
-    fa2_status_t s;
-    if (!scores && (pr->alibi || pr->sinks))
-        return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "the plan has %s: pass their tensors with fa2_forward_with",
-                        pr->alibi ? "ALiBi (problem.alibi=1)" : "sinks (problem.sinks=1)");
-    if (t->alibi_slopes && !pr->alibi)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "alibi_slopes is given but the plan has no ALiBi (problem.alibi=0)");
-    if (t->sinks && !pr->sinks)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "sinks is given but the plan has no sinks (problem.sinks=0)");
-    if (pr->alibi && !t->alibi_slopes)
-        return fa2_fail(FA2_ERROR_NULL_POINTER, "alibi_slopes is NULL (problem.alibi=1)");
-    if (pr->sinks && !t->sinks)
-        return fa2_fail(FA2_ERROR_NULL_POINTER, "sinks is NULL (problem.sinks=1)");
-    if ((s = fa2_check_align("alibi_slopes", t->alibi_slopes, 4)) ||
-        (s = fa2_check_align("sinks", t->sinks, 4)))
-        return s;
-    return FA2_SUCCESS;
-}
-
 fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *k,
                              const void *v, void *o, float *lse,
                              const fa2_seq_offsets_t *offsets,
@@ -144,7 +116,7 @@ fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *
         return fa2_fail(FA2_ERROR_NULL_POINTER, "o is NULL");
     if ((s = fa2_check_offsets_given(offsets)) || (s = fa2_check_plan(plan)) ||
         (s = fa2_check_entry_point(plan, offsets, "fa2_forward", "fa2_forward_varlen")) ||
-        (s = check_score_tensors(&plan->problem, scores)))
+        (s = fa2_check_score_tensors(&plan->problem, scores, 0, "fa2_forward_with")))
         return s;
     if ((s = fa2_check_align("q", q, 16)) || (s = fa2_check_align("k", k, 16)) ||
         (s = fa2_check_align("v", v, 16)) || (s = fa2_check_align("o", o, 16)) ||

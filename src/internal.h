@@ -99,11 +99,22 @@ typedef struct fa2_seq_offsets_t {
  * (FA2_ERROR_NULL_POINTER). Checked with the other pointers, before the plan. */
 fa2_status_t fa2_check_offsets_given(const fa2_seq_offsets_t *offsets);
 
-/* The score variants' per-head tensors of a call (fa2_forward_with). */
+/* The score variants' per-head tensors of a call (fa2_forward_with,
+ * fa2_backward_with): ALiBi's slopes, the sinks and, in a backward, their gradient
+ * (written). */
 typedef struct fa2_score_tensors_t {
     const float *alibi_slopes;
     const float *sinks;
+    float *dsinks;
 } fa2_score_tensors_t;
+
+/* A call's score tensors against the plan's variants: each given exactly when the plan
+ * has its variant (alibi_slopes with alibi; sinks, and in a backward dsinks, with
+ * sinks): FA2_ERROR_UNSUPPORTED for one the plan lacks, FA2_ERROR_NULL_POINTER for one
+ * it needs; each 4-byte aligned (FA2_ERROR_MISALIGNED). scores NULL: an entry point with
+ * no room for them, FA2_ERROR_UNSUPPORTED naming `with_call` when the plan needs any. */
+fa2_status_t fa2_check_score_tensors(const fa2_problem_t *pr, const fa2_score_tensors_t *scores,
+                                     int backward, const char *with_call);
 
 /* The forward: every check, then the launch. offsets NULL: a dense call; scores NULL:
  * an entry point without the score variants' tensors (fa2_forward, fa2_forward_varlen). */
@@ -113,12 +124,6 @@ fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *
                              const fa2_score_tensors_t *scores, void *workspace,
                              size_t workspace_bytes, void *stream);
 
-/* The backward's score-variant tensors: the sinks and their gradient (written). */
-typedef struct fa2_bwd_score_tensors_t {
-    const float *sinks;
-    float *dsinks;
-} fa2_bwd_score_tensors_t;
-
 /* The backward: every check, then the launches. offsets NULL: a dense call; scores
  * NULL: an entry point without the score variants' tensors (fa2_backward,
  * fa2_backward_varlen). */
@@ -126,7 +131,7 @@ fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void 
                               const void *v, const void *o, const void *d_o,
                               const float *lse, void *dq, void *dk, void *dv,
                               const fa2_seq_offsets_t *offsets,
-                              const fa2_bwd_score_tensors_t *scores, void *workspace,
+                              const fa2_score_tensors_t *scores, void *workspace,
                               size_t workspace_bytes, void *stream);
 
 /* After the plan's own checks: the entry point suits the plan, a dense call a dense

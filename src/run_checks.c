@@ -1,6 +1,6 @@
 /* What fa2_forward and fa2_backward check before they queue anything: the plan is one
- * fa2_plan made, the current device can run it, and no output overlaps another
- * tensor of the call. */
+ * fa2_plan made, the current device can run it, the score variants' tensors match the
+ * plan, and no output overlaps another tensor of the call. */
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -203,5 +203,39 @@ fa2_status_t fa2_check_entry_point(const fa2_plan_t *plan, const fa2_seq_offsets
         (s = fa2_check_align("seqused_k", offsets->seqused_k, 4)) ||
         (s = fa2_check_align("page_table", offsets->page_table, 4)))
         return s;
+    return FA2_SUCCESS;
+}
+
+fa2_status_t fa2_check_score_tensors(const fa2_problem_t *pr, const fa2_score_tensors_t *scores,
+                                     int backward, const char *with_call)
+{
+    const struct {
+        const char *name;
+        const void *ptr;
+        int planned;
+        const char *variant, *field;
+    } t[3] = {{"alibi_slopes", scores ? scores->alibi_slopes : NULL, pr->alibi != 0, "ALiBi",
+               "alibi"},
+              {"sinks", scores ? scores->sinks : NULL, pr->sinks != 0, "sinks", "sinks"},
+              {"dsinks", scores ? scores->dsinks : NULL, backward && pr->sinks, "sinks",
+               "sinks"}};
+    fa2_status_t s;
+    for (int i = 0; i < 3; ++i)
+        if (!scores && t[i].planned)
+            return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                            "the plan has %s (problem.%s=1): pass its tensors with %s",
+                            t[i].variant, t[i].field, with_call);
+    for (int i = 0; i < 3; ++i)
+        if (t[i].ptr && !t[i].planned)
+            return fa2_fail(FA2_ERROR_UNSUPPORTED,
+                            "%s is given but the plan has no %s (problem.%s=0)", t[i].name,
+                            t[i].variant, t[i].field);
+    for (int i = 0; i < 3; ++i)
+        if (t[i].planned && !t[i].ptr)
+            return fa2_fail(FA2_ERROR_NULL_POINTER, "%s is NULL (problem.%s=1)", t[i].name,
+                            t[i].field);
+    for (int i = 0; i < 3; ++i)
+        if ((s = fa2_check_align(t[i].name, t[i].ptr, 4)))
+            return s;
     return FA2_SUCCESS;
 }

@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import Fa2Forward, fa2lib, time_ms  # noqa: E402
+from sdpa_compare import Fa2Forward, alternate, fa2lib, ratio  # noqa: E402
 
 
 def load_binding(directory):
@@ -34,20 +34,6 @@ def load_binding(directory):
     sys.modules["libfa2_base"] = module
     spec.loader.exec_module(module)
     return module
-
-
-def alternate(fns, sets, rounds, iters):
-    """Per-round medians for each of `fns`, timed in alternation."""
-    times = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            times[i].append(time_ms(fn, sets, warmup=2, iters=iters))
-    return times
-
-
-def ratio(base, new):
-    per_round = [b / n for b, n in zip(base, new)]
-    return statistics.median(base) / statistics.median(new), min(per_round), max(per_round)
 
 
 def shape_case(libs, dt, b, h, s, d, causal, rounds, iters):

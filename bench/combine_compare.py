@@ -16,7 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import fa2lib, load_library, time_ms, write_csv  # noqa: E402
+from sdpa_compare import alternate, fa2lib, load_library, ratio, write_csv  # noqa: E402
 
 # (name, parts, rows, heads, head_dim)
 SHAPES = (("decode 16 splits, 8 rows", 16, 8, 32, 128),
@@ -49,19 +49,16 @@ def main():
         if "base" in outs and not torch.equal(outs["fa2"], outs["base"]):
             print(f"  note: outputs differ (max abs "
                   f"{(outs['fa2'].float() - outs['base'].float()).abs().max().item():.2e})")
-        times = {k: [] for k in calls}
-        for _ in range(args.rounds):
-            for k, fn in calls.items():
-                times[k].append(time_ms(fn, [()], warmup=5, iters=args.iters))
+        times = dict(zip(calls, alternate(list(calls.values()), [()], args.rounds, args.iters,
+                                          warmup=5)))
         moved = o_parts.numel() * 4 + lse_parts.numel() * 4 + rows * heads * (d * 2 + 4)
         med = {k: statistics.median(t) for k, t in times.items()}
         text = "  ".join(f"{k} {ms * 1e3:8.2f} us {moved / (ms * 1e-3) / 1e12:5.2f} TB/s"
                          for k, ms in med.items())
         extra = ""
         if "base" in med:
-            per_round = [b / a for a, b in zip(times["fa2"], times["base"])]
-            extra = (f"   base/fa2 {med['base'] / med['fa2']:5.3f} "
-                     f"(rounds {min(per_round):.3f}..{max(per_round):.3f})")
+            speed, lo, hi = ratio(times["base"], times["fa2"])
+            extra = f"   base/fa2 {speed:5.3f} (rounds {lo:.3f}..{hi:.3f})"
         print(f"combine {name:36s} {text}{extra}", flush=True)
         rows_out.append(dict(case=name, parts=n, rows=rows, heads=heads, head_dim=d,
                              **{f"{k}_us": round(ms * 1e3, 3) for k, ms in med.items()}))

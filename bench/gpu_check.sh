@@ -189,30 +189,20 @@ fi
         echo "bench:  no results (see bench.log)"
     fi
     [ "${FA2_SDPA:-0}" = 1 ] && echo "sdpa:   see sdpa.log / sdpa.csv"
-    if [ -s "$OUT/ab.log" ]; then
-        echo "ab:     this tree over the baseline (speed ratio), one process:"
-        grep -E '^[0-9]+ shapes, ' "$OUT/ab.log" | sed 's/^/        /'
-    fi
-    if [ -s "$OUT/ab-noise.log" ]; then
-        echo "noise:  this tree over a copy of itself:"
-        grep -E '^[0-9]+ shapes, ' "$OUT/ab-noise.log" | sed 's/^/        /'
-    fi
-    if [ -s "$OUT/decode.log" ]; then
-        echo "decode: (TB/s of K+V read)"
-        grep -E "^decode |graph replay|copy bandwidth" "$OUT/decode.log" | sed 's/^/        /'
-    fi
-    if [ -s "$OUT/varlen.log" ]; then
-        echo "varlen: (TFLOP/s)"
-        grep -E "^(varlen|equal|paged|decode) " "$OUT/varlen.log" | sed 's/^/        /'
-    fi
-    if [ -s "$OUT/combine.log" ]; then
-        echo "combine: (fa2_combine, fp32 parts to bf16)"
-        grep -E "^combine " "$OUT/combine.log" | sed 's/^/        /'
-    fi
-    if [ -s "$OUT/variants.log" ]; then
-        echo "variants: (forward time over the plain plan's)"
-        grep -E "^variant " "$OUT/variants.log" | sed 's/^/        /'
-    fi
+    # summary_lines LOG TITLE PATTERN: TITLE, then LOG's lines matching PATTERN indented
+    # (nothing when LOG is empty or missing: the step did not run)
+    summary_lines() {
+        [ -s "$OUT/$1" ] || return 0
+        echo "$2"
+        grep -E "$3" "$OUT/$1" | sed 's/^/        /'
+    }
+    summary_lines ab.log "ab:     this tree over the baseline (speed ratio), one process:" \
+        '^[0-9]+ shapes, '
+    summary_lines ab-noise.log "noise:  this tree over a copy of itself:" '^[0-9]+ shapes, '
+    summary_lines decode.log "decode: (TB/s of K+V read)" '^decode |graph replay|copy bandwidth'
+    summary_lines varlen.log "varlen: (TFLOP/s)" '^(varlen|equal|paged|decode) '
+    summary_lines combine.log "combine: (fa2_combine, fp32 parts to bf16)" '^combine '
+    summary_lines variants.log "variants: (time over the plain plan's)" '^variant '
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'
     fi

@@ -71,6 +71,23 @@ def time_ms(fn, sets, warmup=5, iters=30):
     return statistics.median(times)
 
 
+def alternate(fns, sets, rounds, iters, warmup=2):
+    """Per-round medians (time_ms) for each of `fns`, timed in alternation so that clock
+    and thermal drift hit all alike: times[i][round]."""
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            times[i].append(time_ms(fn, sets, warmup=warmup, iters=iters))
+    return times
+
+
+def ratio(base, new):
+    """median(base) / median(new) of two alternate() rows, and the range of the
+    per-round ratios."""
+    per_round = [b / n for b, n in zip(base, new)]
+    return statistics.median(base) / statistics.median(new), min(per_round), max(per_round)
+
+
 def sdpa(backend, causal, gqa):
     def run(q, k, v, o):
         with sdpa_kernel([backend]):

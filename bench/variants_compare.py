@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import fa2lib, load_library, time_ms, write_csv  # noqa: E402
+from sdpa_compare import alternate, fa2lib, load_library, ratio, write_csv  # noqa: E402
 
 VARIANTS = (("softcap", dict(softcap=30.0)), ("alibi", dict(alibi=1)),
             ("sinks", dict(sinks=1)), ("all three", dict(softcap=30.0, alibi=1, sinks=1)))
@@ -54,20 +54,16 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
         runs.append(lambda q, k, v, o, p=p, ws=ws, f=fields: p.forward_with(
             q, k, v, o, alibi_slopes=slopes if f.get("alibi") else None,
             sinks=sinks if f.get("sinks") else None, workspace=ws))
-    times = [[] for _ in runs]
-    for _ in range(rounds):
-        for i, fn in enumerate(runs):
-            times[i].append(time_ms(fn, sets, warmup=2, iters=iters))
+    times = alternate(runs, sets, rounds, iters)
     rows = []
     if sq > 1:
         rows += sinks_backward(lib, name, sets, plain, causal, sinks, rounds, iters)
     base = statistics.median(times[0])
     print(f"{name}: plain {base * 1e3:.1f} us (decode splits {plain.decode_splits})")
     for (variant, _), t in zip(VARIANTS, times[1:]):
-        per_round = [a / b for a, b in zip(t, times[0])]
-        cost = statistics.median(t) / base
+        cost, lo, hi = ratio(t, times[0])
         print(f"variant {variant:10s} {name:34s} time / plain {cost:.3f} "
-              f"(rounds {min(per_round):.3f}..{max(per_round):.3f})")
+              f"(rounds {lo:.3f}..{hi:.3f})")
         rows.append(dict(shape=name, variant=variant, plain_us=round(base * 1e3, 2),
                          variant_us=round(statistics.median(t) * 1e3, 2),
                          ratio=round(cost, 4)))
@@ -89,14 +85,10 @@ def sinks_backward(lib, name, sets, plain, causal, sinks, rounds, iters):
     dsinks = torch.empty_like(sinks)
     runs = [lambda *a: plain.backward(*a),
             lambda *a: scored.backward_with(*a, sinks=sinks, dsinks=dsinks)]
-    times = [[] for _ in runs]
-    for _ in range(rounds):
-        for i, fn in enumerate(runs):
-            times[i].append(time_ms(fn, bsets, warmup=2, iters=iters))
-    per_round = [a / b for a, b in zip(times[1], times[0])]
-    cost = statistics.median(times[1]) / statistics.median(times[0])
+    times = alternate(runs, bsets, rounds, iters)
+    cost, lo, hi = ratio(times[1], times[0])
     print(f"variant {'sinks bwd':10s} {name:34s} time / plain {cost:.3f} "
-          f"(rounds {min(per_round):.3f}..{max(per_round):.3f})")
+          f"(rounds {lo:.3f}..{hi:.3f})")
     return [dict(shape=name, variant="sinks backward",
                  plain_us=round(statistics.median(times[0]) * 1e3, 2),
                  variant_us=round(statistics.median(times[1]) * 1e3, 2), ratio=round(cost, 4))]

@@ -28,7 +28,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import fa2lib, time_ms, write_csv  # noqa: E402
+from sdpa_compare import alternate, fa2lib, ratio, time_ms, write_csv  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
 ROUNDS = 7  # alternating rounds of the paged-over-contiguous comparison
@@ -199,20 +199,16 @@ def main():
             diffs[order] = ((o.float() - o_ref.float()).norm() / o_ref.float().norm()).item()
             calls[order] = (lambda paged=paged, kc=k_cache, vc=v_cache, o=o, t=table:
                             paged(q, kc, vc, o, cu, None, used, t))
-        times = {name: [] for name in calls}
-        for _ in range(ROUNDS):
-            for name, fn in calls.items():
-                times[name].append(time_ms(fn, [()], warmup=2, iters=20))
+        times = dict(zip(calls, alternate(list(calls.values()), [()], ROUNDS, 20)))
         fl = causal_flops(lens)
         t_contiguous = statistics.median(times["contiguous"])
         for order in ("shuffled", "in order"):
             t = statistics.median(times[order])
-            per_round = [c / x for c, x in zip(times["contiguous"], times[order])]
+            speed, lo, hi = ratio(times["contiguous"], times[order])
             name = f"paged, page {page} {order}, 16 seqs 512..8k (diff {diffs[order]:.0e})"
             print(f"{name:44} fa2 {fl / (t * 1e-3) / 1e12:7.1f}  contiguous "
                   f"{fl / (t_contiguous * 1e-3) / 1e12:7.1f}   fa2/contiguous "
-                  f"{t_contiguous / t:5.3f} (rounds {min(per_round):.3f}..{max(per_round):.3f})",
-                  flush=True)
+                  f"{speed:5.3f} (rounds {lo:.3f}..{hi:.3f})", flush=True)
             rows.append(dict(case=name, fa2_tflops=fl / (t * 1e-3) / 1e12,
                              contiguous_tflops=fl / (t_contiguous * 1e-3) / 1e12,
                              ratio=t_contiguous / t))

@@ -89,6 +89,8 @@ typedef enum fa2_status_t {
 #define FA2_MAX_COMBINE_PARTS 65536       /* fa2_combine_problem_t.parts */
 #define FA2_MAX_SPLITS 128                /* fa2_problem_t.max_splits */
 #define FA2_MAX_SOFTCAP 65536.0f          /* fa2_problem_t.softcap */
+#define FA2_MIN_SOFTCAP 1e-30f            /* the smallest softcap > 0: softmax_scale / softcap
+                                             stays finite (a score of 0 then stays 0) */
 
 typedef enum fa2_dtype_t {
     FA2_DTYPE_FP16 = 1, /* IEEE binary16 */
@@ -198,7 +200,7 @@ typedef struct fa2_problem_t {
     int32_t reserved2;       /* zero */
     /* Score variants (see below); 0 = off. This version runs them forward only: a plan
      * with any of them has no backward (bwd_supported = 0, FA2_ERROR_UNSUPPORTED). */
-    float softcap;           /* 0, or in (0, FA2_MAX_SOFTCAP]: logit softcap */
+    float softcap;           /* 0, or in [FA2_MIN_SOFTCAP, FA2_MAX_SOFTCAP]: logit softcap */
     int32_t alibi;           /* 0 or 1: per-head ALiBi slopes, passed at each call */
     int32_t sinks;           /* 0 or 1: per-head attention-sink logits, passed at each call */
     int32_t reserved3;       /* zero */

@@ -265,10 +265,11 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
     if (p->reserved2 != 0)
         return fa2_fail(FA2_ERROR_RESERVED, "problem->reserved2=%d must be zero",
                         (int)p->reserved2);
-    if (!(p->softcap >= 0.0f && p->softcap <= FA2_MAX_SOFTCAP))
+    if (!(p->softcap == 0.0f ||
+          (p->softcap >= FA2_MIN_SOFTCAP && p->softcap <= FA2_MAX_SOFTCAP)))
         return fa2_fail(FA2_ERROR_BAD_SCALE,
-                        "softcap=%g is not supported (0 = off, or in (0, %g])",
-                        (double)p->softcap, (double)FA2_MAX_SOFTCAP);
+                        "softcap=%g is not supported (0 = off, or in [%g, %g])",
+                        (double)p->softcap, (double)FA2_MIN_SOFTCAP, (double)FA2_MAX_SOFTCAP);
     if ((s = fa2_check_range("alibi", p->alibi, 0, 1)) ||
         (s = fa2_check_range("sinks", p->sinks, 0, 1)))
         return s;

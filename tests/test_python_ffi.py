@@ -363,9 +363,10 @@ class Errors(unittest.TestCase):
         self.assertEqual(checks, fa2.VARLEN_CHECK_NAMES)
         for code, name in checks.items():
             self.assertEqual(getattr(fa2, name), code)
-        limits = dict(re.findall(r"#define FA2_(MAX_\w+) ([0-9.]+)f?", text))
+        limits = dict(re.findall(r"#define FA2_((?:MAX|MIN)_\w+) ([0-9.e+-]+)f?", text))
         self.assertEqual(set(limits), {"MAX_SEQLEN", "MAX_WINDOW", "MAX_SOFTMAX_SCALE",
-                                       "MAX_COMBINE_PARTS", "MAX_SPLITS", "MAX_SOFTCAP"})
+                                       "MAX_COMBINE_PARTS", "MAX_SPLITS", "MAX_SOFTCAP",
+                                       "MIN_SOFTCAP"})
         for name, value in limits.items():
             self.assertEqual(getattr(fa2, name), float(value), name)
 

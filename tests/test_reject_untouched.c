@@ -1,8 +1,8 @@
-/* Every rejection of fa2_plan, fa2_forward, fa2_forward_varlen, fa2_backward,
- * fa2_combine and fa2_device_info_query in one loop: each case breaks one thing, expects its status and
- * a message naming it,
- * and checks that every output the call could write (the plan; O and LSE; dQ, dK, dV
- * and the workspace; the device info), poisoned beforehand, is byte-identical
+/* Every rejection of fa2_plan, fa2_forward, fa2_forward_varlen, fa2_forward_with,
+ * fa2_backward, fa2_backward_with, fa2_combine and fa2_device_info_query: each case
+ * breaks one thing, expects its status and a message naming it, and checks that every
+ * output the call could write (the plan; O and LSE; dQ, dK, dV, dsinks and the
+ * workspace; the device info), poisoned beforehand, is byte-identical
  * afterwards. All of these fail before any CUDA call, so host buffers stand in for
  * device memory and no GPU is needed. One line per case; CPU only.
  *
@@ -25,10 +25,11 @@
 #define BUF 65536 /* bytes per host stand-in: more than the small problem needs */
 
 static _Alignas(16) unsigned char g_q[BUF], g_k[BUF], g_v[BUF], g_o[BUF], g_do[BUF],
-    g_lse[BUF], g_dq[BUF], g_dk[BUF], g_dv[BUF], g_ws[BUF];
-static unsigned char *const g_outputs[] = {g_o, g_lse, g_dq, g_dk, g_dv, g_ws};
-static const char *const g_output_names[] = {"o", "lse", "dq", "dk", "dv", "workspace"};
-#define N_OUTPUTS 6
+    g_lse[BUF], g_dq[BUF], g_dk[BUF], g_dv[BUF], g_ws[BUF], g_dsinks[BUF];
+static unsigned char *const g_outputs[] = {g_o, g_lse, g_dq, g_dk, g_dv, g_ws, g_dsinks};
+static const char *const g_output_names[] = {"o",  "lse",       "dq",    "dk",
+                                             "dv", "workspace", "dsinks"};
+#define N_OUTPUTS 7
 
 static fa2_device_info_t h200(void)
 {
@@ -138,6 +139,15 @@ static const plan_case_t plan_cases[] = {
     P64(max_splits, FA2_MAX_SPLITS + 1, FA2_ERROR_INVALID_SIZE, "max_splits=129"),
     P32(batch_invariant, 2, FA2_ERROR_INVALID_SIZE, "batch_invariant=2"),
     P32(reserved2, 1, FA2_ERROR_RESERVED, "reserved2=1"),
+    /* the score variants */
+    PF(softcap, NAN, FA2_ERROR_BAD_SCALE, "softcap=nan"),
+    PF(softcap, -1.0f, FA2_ERROR_BAD_SCALE, "softcap=-1"),
+    PF(softcap, 1e-31f, FA2_ERROR_BAD_SCALE, "softcap=1e-31"),
+    PF(softcap, 131072.0f, FA2_ERROR_BAD_SCALE, "softcap=131072"),
+    PF(softcap, INFINITY, FA2_ERROR_BAD_SCALE, "softcap=inf"),
+    P32(alibi, 2, FA2_ERROR_INVALID_SIZE, "alibi=2"),
+    P32(sinks, -1, FA2_ERROR_INVALID_SIZE, "sinks=-1"),
+    P32(reserved3, 1, FA2_ERROR_RESERVED, "reserved3=1"),
     /* device */
     D32(cc_major, 7, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 7.0"),
     D32(cc_major, 0, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 0.0"),
@@ -444,6 +454,98 @@ static void test_backward_rejections(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* fa2_forward_with / fa2_backward_with and the score variants: the args struct, the
+ * per-head tensors against the plan's variants (given exactly when the plan has them,
+ * 4-byte aligned, dsinks overlapping nothing), the older calls refusing a plan that
+ * needs them, a backward the plan does not have. */
+static int expect_with_fail(int backward, const char *what, const fa2_plan_t *plan,
+                            const void *args, fa2_status_t want, const char *says)
+{
+    poison_outputs();
+    const fa2_status_t s =
+        backward ? fa2_backward_with(plan, (const fa2_backward_args_t *)args)
+                 : fa2_forward_with(plan, (const fa2_forward_args_t *)args);
+    return report(backward ? "fa2_backward_with" : "fa2_forward_with", what, s, want, says);
+}
+
+static void test_score_variant_rejections(void **state)
+{
+    (void)state;
+    int failed = 0;
+    fa2_problem_t pr = base();
+    fa2_plan_t scored, sinks_only, capped;
+    pr.alibi = 1, pr.sinks = 1;
+    assert_int_equal(fa2_plan(&pr, &g_plan.device, &scored), FA2_SUCCESS);
+    pr.alibi = 0;
+    assert_int_equal(fa2_plan(&pr, &g_plan.device, &sinks_only), FA2_SUCCESS);
+    assert_int_equal(sinks_only.bwd_supported, 1);
+    pr.sinks = 0, pr.softcap = 30.0f;
+    assert_int_equal(fa2_plan(&pr, &g_plan.device, &capped), FA2_SUCCESS);
+
+    fa2_forward_args_t f, fwd;
+    fa2_forward_args_init(&fwd);
+    fwd.q = g_q, fwd.k = g_k, fwd.v = g_v, fwd.o = g_o, fwd.lse = (float *)(void *)g_lse;
+    fwd.alibi_slopes = (const float *)(const void *)g_q;
+    fwd.sinks = (const float *)(const void *)g_k;
+#define FWD(what, plan, edit, st, m) \
+    (f = fwd, edit, failed += !expect_with_fail(0, what, plan, &f, st, m))
+    failed += !expect_with_fail(0, "args=NULL", &scored, NULL, FA2_ERROR_NULL_POINTER,
+                                "args is NULL");
+    FWD("args.struct_size=0", &scored, f.struct_size = 0, FA2_ERROR_STRUCT_SIZE,
+        "fa2_forward_args_init");
+    FWD("alibi_slopes=NULL", &scored, f.alibi_slopes = NULL, FA2_ERROR_NULL_POINTER,
+        "alibi_slopes is NULL");
+    FWD("sinks=NULL", &scored, f.sinks = NULL, FA2_ERROR_NULL_POINTER, "sinks is NULL");
+    FWD("sinks misaligned (+2)", &scored, f.sinks = MIS(g_k, 2), FA2_ERROR_MISALIGNED, "sinks=");
+    FWD("alibi_slopes without ALiBi", &sinks_only, (void)0, FA2_ERROR_UNSUPPORTED,
+        "problem.alibi=0");
+    FWD("sinks without sinks", &g_plan, f.alibi_slopes = NULL, FA2_ERROR_UNSUPPORTED,
+        "problem.sinks=0");
+    FWD("cu_seqlens_q for a dense plan", &scored, f.cu_seqlens_q = (const int32_t *)g_v,
+        FA2_ERROR_UNSUPPORTED, "dense plan");
+#undef FWD
+    poison_outputs();
+    failed += !report("fa2_forward", "a plan with ALiBi and sinks",
+                      fa2_forward(&scored, g_q, g_k, g_v, g_o, (float *)(void *)g_lse, NULL, 0,
+                                  NULL),
+                      FA2_ERROR_UNSUPPORTED, "fa2_forward_with");
+
+    fa2_backward_args_t b, bwd;
+    fa2_backward_args_init(&bwd);
+    bwd.q = g_q, bwd.k = g_k, bwd.v = g_v, bwd.o = g_o, bwd.d_o = g_do;
+    bwd.lse = (const float *)(const void *)g_lse;
+    bwd.dq = g_dq, bwd.dk = g_dk, bwd.dv = g_dv, bwd.workspace = g_ws;
+    bwd.workspace_bytes = (size_t)sinks_only.bwd_workspace_bytes;
+    bwd.sinks = (const float *)(const void *)g_k, bwd.dsinks = (float *)(void *)g_dsinks;
+#define BWD(what, plan, edit, st, m) \
+    (b = bwd, edit, failed += !expect_with_fail(1, what, plan, &b, st, m))
+    failed += !expect_with_fail(1, "args=NULL", &sinks_only, NULL, FA2_ERROR_NULL_POINTER,
+                                "args is NULL");
+    BWD("args.struct_size=sizeof+8", &sinks_only, b.struct_size += 8, FA2_ERROR_STRUCT_SIZE,
+        "fa2_backward_args_init");
+    BWD("dsinks=NULL", &sinks_only, b.dsinks = NULL, FA2_ERROR_NULL_POINTER, "dsinks is NULL");
+    BWD("sinks=NULL", &sinks_only, b.sinks = NULL, FA2_ERROR_NULL_POINTER, "sinks is NULL");
+    BWD("dsinks misaligned (+2)", &sinks_only, b.dsinks = MIS(g_dsinks, 2),
+        FA2_ERROR_MISALIGNED, "dsinks=");
+    BWD("dsinks overlaps dq", &sinks_only, b.dsinks = (float *)(void *)g_dq, FA2_ERROR_OVERLAP,
+        "dsinks [");
+    BWD("dsinks without sinks", &g_plan, b.sinks = NULL, FA2_ERROR_UNSUPPORTED,
+        "problem.sinks=0");
+    BWD("alibi_slopes", &sinks_only, b.alibi_slopes = (const float *)(const void *)g_q,
+        FA2_ERROR_UNSUPPORTED, "no backward runs ALiBi");
+    BWD("a plan with ALiBi (no backward)", &scored, (void)0, FA2_ERROR_UNSUPPORTED, "ALiBi");
+    BWD("a plan with softcap (no backward)", &capped, b.sinks = NULL,
+        FA2_ERROR_UNSUPPORTED, "softcap");
+#undef BWD
+    poison_outputs();
+    failed += !report("fa2_backward", "a plan with sinks",
+                      fa2_backward(&sinks_only, g_q, g_k, g_v, g_o, g_do,
+                                   (const float *)(const void *)g_lse, g_dq, g_dk, g_dv, g_ws,
+                                   (size_t)sinks_only.bwd_workspace_bytes, NULL),
+                      FA2_ERROR_UNSUPPORTED, "fa2_backward_with");
+    assert_int_equal(failed, 0);
+}
+
 /* fa2_device_info_query: a NULL info; a bad index (with no device or driver too, this
  * is FA2_ERROR_NO_DEVICE); the info untouched either way. */
 static void test_device_query_rejections(void **state)
@@ -634,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_plan_rejections),
         cmocka_unit_test(test_forward_rejections),
         cmocka_unit_test(test_backward_rejections),
+        cmocka_unit_test(test_score_variant_rejections),
         cmocka_unit_test(test_packed_rejections),
         cmocka_unit_test(test_device_query_rejections),
         cmocka_unit_test(test_combine_rejections),

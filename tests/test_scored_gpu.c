@@ -40,6 +40,7 @@ static long g_only = -1;
 typedef struct variants_t {
     float softcap;
     int alibi, sinks;
+    float softmax_scale; /* 0: 1 / sqrt(head_dim) */
 } variants_t;
 
 /* One dense (batch, sq, sk, hq, hkv, d) problem with the variants, planned for `info`,
@@ -53,6 +54,7 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
     p.causal = causal;
     p.window_left = window_left;
     p.softcap = var.softcap;
+    p.softmax_scale = var.softmax_scale;
     p.alibi = var.alibi;
     p.sinks = var.sinks;
     printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
@@ -141,7 +143,8 @@ static void test_scored_dense(void **state)
 {
     (void)state;
     static const int64_t dims[] = {32, 64, 96, 128, 160, 192, 256};
-    static const variants_t vars[] = {{30.0f, 0, 0}, {0.0f, 1, 0}, {0.0f, 0, 1}, {5.0f, 1, 1}};
+    static const variants_t vars[] = {
+        {30.0f, 0, 0, 0.0f}, {0.0f, 1, 0, 0.0f}, {0.0f, 0, 1, 0.0f}, {5.0f, 1, 1, 0.0f}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 0, failed = 0, run = 0;
     for (int device = 0; device < 2; ++device)
@@ -162,25 +165,29 @@ static void test_scored_dense(void **state)
 }
 
 /* softcap at the ends of its accepted range: FA2_MAX_SOFTCAP (tanh(x / cap) * cap = x
- * to fp32 rounding) and a tiny positive one (every score +-cap: a near-uniform row),
- * with ALiBi and sinks, causal, both kernel families (d = 128 here, d = 96 the
- * mma.sync kernels). */
+ * to fp32 rounding) and FA2_MIN_SOFTCAP (every score +-cap: a near-uniform row), with
+ * ALiBi and sinks, causal, both kernel families (d = 128 here, d = 96 the mma.sync
+ * kernels); each with the default softmax scale and with FA2_MAX_SOFTMAX_SCALE (the
+ * largest scale / softcap the kernels form). */
 static void test_scored_limits(void **state)
 {
     (void)state;
-    static const float caps[] = {FA2_MAX_SOFTCAP, 1e-30f};
+    static const float caps[] = {FA2_MAX_SOFTCAP, FA2_MIN_SOFTCAP};
+    static const float scales[] = {0.0f, FA2_MAX_SOFTMAX_SCALE};
     long index = 500, failed = 0;
-    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
-        for (int64_t d = 96; d <= 128; d += 32, ++index)
-            if (g_only < 0 || g_only == index)
-                failed += !run_dense(index, BF16, 1, 257, 300, 4, 2, d, 1, -1,
-                                     (variants_t){caps[ci], 1, 1}, &g_info);
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; ++si)
+        for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
+            for (int64_t d = 96; d <= 128; d += 32, ++index)
+                if (g_only < 0 || g_only == index)
+                    failed += !run_dense(index, BF16, 1, 257, 300, 4, 2, d, 1, -1,
+                                         (variants_t){caps[ci], 1, 1, scales[si]}, &g_info);
     assert_int_equal(failed, 0);
 }
 
 /* The backward with sinks (the only variant with one so far): forward and backward
  * through the _with calls, dQ, dK, dV and dsinks against oracle_backward_scored. One
- * head's sink is -inf (no sink: dsinks exactly 0 there). dQ, dK, dV as the backward
+ * head's sink is -inf (no sink: dsinks exactly 0 there), one's 80 (rows dominated by
+ * it). dQ, dK, dV as the backward
  * tests: relative L2 error within max(2 x a same-precision naive backward's, 1e-2 bf16
  * / 2e-3 fp16); dsinks as said below. dQ, dK, dV and dsinks poisoned first; a second backward must give the
  * same dsinks bits (a fixed-order sum in both modes), and in deterministic mode the
@@ -225,7 +232,9 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
     fill_rounded(vv, vb, nk, &rng, dt);
     fill_rounded(dov, dob, nq, &rng, dt);
     for (int64_t h = 0; h < hq; ++h)
-        sinks[h] = h == 1 ? -INFINITY : oracle_rng_uniform(&rng, -3.0f, 6.0f);
+        sinks[h] = h == 1   ? -INFINITY
+                   : h == 2 ? 80.0f /* the row all sink: P ~ e^-80, dsinks ~ -sum D */
+                            : oracle_rng_uniform(&rng, -3.0f, 6.0f);
     void *dq_in = device_buffer(qb, 2 * nq), *dk_in = device_buffer(kb, 2 * nk),
          *dv_in = device_buffer(vb, 2 * nk), *d_do = device_buffer(dob, 2 * nq),
          *d_o = device_buffer(NULL, 2 * nq), *fws = device_buffer(NULL, plan.workspace_bytes),

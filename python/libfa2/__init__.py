@@ -45,7 +45,8 @@ __all__ = [
     "make_device_info", "make_problem", "make_varlen_problem", "plan", "forward", "backward",
     "attention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
     "DTYPE_FP16", "DTYPE_BF16", "DTYPE_FP32", "MAX_SEQLEN", "MAX_WINDOW",
-    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "MAX_SPLITS", "MAX_SOFTCAP", "STRUCT_MIRRORS",
+    "MAX_SOFTMAX_SCALE", "MAX_COMBINE_PARTS", "MAX_SPLITS", "MAX_SOFTCAP", "MIN_SOFTCAP",
+    "STRUCT_MIRRORS",
     "plan_for", "ForwardArgs", "BackwardArgs",
     "repeats_addresses", "CombineProblem", "combine",
 ]
@@ -103,6 +104,7 @@ MAX_SOFTMAX_SCALE = 65536.0  # softmax_scale
 MAX_COMBINE_PARTS = 65536    # fa2_combine_problem_t.parts
 MAX_SPLITS = 128             # fa2_problem_t.max_splits
 MAX_SOFTCAP = 65536.0        # fa2_problem_t.softcap
+MIN_SOFTCAP = 1e-30          # fa2_problem_t.softcap > 0
 
 
 # ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@
 #   FA2_COMBINE=1    also run bench/combine_compare.py (fa2_combine on engine-like shapes;
 #                    with FA2_BASELINE, A/B against the baseline); combine.log
 #   FA2_VARIANTS=1   also run bench/variants_compare.py (each score variant's forward
-#                    against the plain plan's, prefill and decode); variants.log
+#                    and backward against the plain plan's); variants.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -202,7 +202,7 @@ fi
     summary_lines decode.log "decode: (TB/s of K+V read)" '^decode |graph replay|copy bandwidth'
     summary_lines varlen.log "varlen: (TFLOP/s)" '^(varlen|equal|paged|decode) '
     summary_lines combine.log "combine: (fa2_combine, fp32 parts to bf16)" '^combine '
-    summary_lines variants.log "variants: (time over the plain plan's)" '^variant '
+    summary_lines variants.log "variants: (time over the plain plan's)" '^(variant|backward) '
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'
     fi

@@ -71,13 +71,15 @@ def time_ms(fn, sets, warmup=5, iters=30):
     return statistics.median(times)
 
 
-def alternate(fns, sets, rounds, iters, warmup=2):
+def alternate(fns, sets, rounds, iters, warmup=2, per_fn_sets=False):
     """Per-round medians (time_ms) for each of `fns`, timed in alternation so that clock
-    and thermal drift hit all alike: times[i][round]."""
+    and thermal drift hit all alike: times[i][round]. per_fn_sets: sets[i] are fns[i]'s
+    own input sets."""
     times = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
-            times[i].append(time_ms(fn, sets, warmup=warmup, iters=iters))
+            times[i].append(time_ms(fn, sets[i] if per_fn_sets else sets, warmup=warmup,
+                                    iters=iters))
     return times
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What the score variants (softcap, ALiBi, sinks; include/fa2.h) cost, forward: each
-variant's plan against the plain plan on the same tensors, in one process.
+"""What the score variants (softcap, ALiBi, sinks; include/fa2.h) cost: each variant's
+plan against the plain plan on the same tensors, in one process, forward, and backward
+on the prefill shapes.
 
 Per shape, the plain call and each variant are timed in alternation for --rounds rounds
 (each a median over event-timed calls, as in sdpa_compare.py), so drift hits all alike;
@@ -33,7 +34,7 @@ def plan_with(lib, q, k, causal, **fields):
 
 
 def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
-    """Each variant's forward (and, prefill, the sinks' backward) over the plain one's."""
+    """Each variant's forward (and, prefill, backward) over the plain one's."""
     dt = torch.bfloat16
     sets = []
     for _ in range(3):
@@ -57,7 +58,7 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
     times = alternate(runs, sets, rounds, iters)
     rows = []
     if sq > 1:
-        rows += sinks_backward(lib, name, sets, plain, causal, sinks, rounds, iters)
+        rows += backward_costs(lib, name, sets, plain, causal, slopes, sinks, rounds, iters)
     base = statistics.median(times[0])
     print(f"{name}: plain {base * 1e3:.1f} us (decode splits {plain.decode_splits})")
     for (variant, _), t in zip(VARIANTS, times[1:]):
@@ -70,28 +71,36 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
     return rows
 
 
-def sinks_backward(lib, name, sets, plain, causal, sinks, rounds, iters):
-    """The backward with sinks (the one variant with a backward) against the plain one."""
+def backward_costs(lib, name, sets, plain, causal, slopes, sinks, rounds, iters):
+    """Each variant's backward against the plain one (each from its own forward's LSE)."""
     q0, k0 = sets[0][0], sets[0][1]
-    scored = plan_with(lib, q0, k0, causal, sinks=1)
-    bsets = []
-    for q, k, v, o in sets:
-        lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda", dtype=torch.float32)
-        plain.forward(q, k, v, o, lse)
-        ws = torch.empty(max(plain.bwd_workspace_bytes, scored.bwd_workspace_bytes),
-                         dtype=torch.uint8, device="cuda")
-        bsets.append((q, k, v, o, torch.randn_like(q), lse, torch.empty_like(q),
-                      torch.empty_like(k), torch.empty_like(v), ws))
     dsinks = torch.empty_like(sinks)
-    runs = [lambda *a: plain.backward(*a),
-            lambda *a: scored.backward_with(*a, sinks=sinks, dsinks=dsinks)]
-    times = alternate(runs, bsets, rounds, iters)
-    cost, lo, hi = ratio(times[1], times[0])
-    print(f"variant {'sinks bwd':10s} {name:34s} time / plain {cost:.3f} "
-          f"(rounds {lo:.3f}..{hi:.3f})")
-    return [dict(shape=name, variant="sinks backward",
-                 plain_us=round(statistics.median(times[0]) * 1e3, 2),
-                 variant_us=round(statistics.median(times[1]) * 1e3, 2), ratio=round(cost, 4))]
+    runs, bsets = [], []
+    for fields in [{}] + [f for _, f in VARIANTS]:
+        p = plan_with(lib, q0, k0, causal, **fields) if fields else plain
+        tensors = dict(alibi_slopes=slopes if fields.get("alibi") else None,
+                       sinks=sinks if fields.get("sinks") else None)
+        one = []
+        for q, k, v, o in sets:
+            lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda",
+                              dtype=torch.float32)
+            p.forward_with(q, k, v, o, lse, **tensors)
+            ws = torch.empty(p.bwd_workspace_bytes, dtype=torch.uint8, device="cuda")
+            one.append((q, k, v, o.clone(), torch.randn_like(q), lse, torch.empty_like(q),
+                        torch.empty_like(k), torch.empty_like(v), ws))
+        bsets.append(one)
+        runs.append(lambda *a, p=p, t=tensors: p.backward_with(
+            *a, dsinks=dsinks if t["sinks"] is not None else None, **t))
+    times = alternate(runs, bsets, rounds, iters, per_fn_sets=True)
+    rows = []
+    for (variant, _), t in zip(VARIANTS, times[1:]):
+        cost, lo, hi = ratio(t, times[0])
+        print(f"backward {variant:10s} {name:34s} time / plain {cost:.3f} "
+              f"(rounds {lo:.3f}..{hi:.3f})")
+        rows.append(dict(shape=name, variant=variant + " backward",
+                         plain_us=round(statistics.median(times[0]) * 1e3, 2),
+                         variant_us=round(statistics.median(t) * 1e3, 2), ratio=round(cost, 4)))
+    return rows
 
 
 def main():

@@ -220,8 +220,8 @@ typedef struct fa2_problem_t {
  * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic (summed in a fixed order: the same
  * bits every run, in both modes). The slopes, sinks and dsinks are float32 [heads_q]
  * device tensors passed with the call (fa2_forward_with, fa2_backward_with). In this
- * version the backward runs sinks in dense batches; a plan with softcap or ALiBi, or
- * with sinks in a packed batch, has none (bwd_status = FA2_ERROR_UNSUPPORTED). */
+ * version the backward runs the variants in dense batches; a packed batch with one has
+ * none (bwd_status = FA2_ERROR_UNSUPPORTED). */
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
  * in Q, K, V and O, laid out [total_q, heads_q, head_dim] (Q, O) and [total_k,
@@ -580,8 +580,9 @@ typedef struct fa2_backward_args_t {
 FA2_API void fa2_backward_args_init(fa2_backward_args_t *args);
 
 /* fa2_backward (dense plans) or fa2_backward_varlen (packed ones) with its tensors in
- * one struct, as fa2_forward_with; the only backward for a plan with sinks (sinks and
- * dsinks required, dsinks written, 4-byte aligned, overlapping no other tensor). */
+ * one struct, as fa2_forward_with; the only backward for a plan with ALiBi or sinks
+ * (the slopes, or the sinks and dsinks, required; dsinks written, 4-byte aligned,
+ * overlapping no other tensor). */
 FA2_API fa2_status_t fa2_backward_with(const fa2_plan_t *plan,
                                        const fa2_backward_args_t *args);
 

@@ -36,13 +36,9 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
             return fa2_fail(FA2_ERROR_UNSUPPORTED,
                             "a paged K/V cache (page_size=%" PRId64 ") has no backward",
                             pr->page_size);
-        if (pr->softcap != 0.0f || pr->alibi)
-            return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                            "%s has no backward in this version (sinks do)",
-                            pr->softcap != 0.0f ? "softcap" : "ALiBi");
         return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "sinks in a packed batch (total_q=%" PRId64 ") have no backward in "
-                        "this version (a dense batch's do)",
+                        "the score variants in a packed batch (total_q=%" PRId64 ") have no "
+                        "backward in this version (a dense batch's do)",
                         pr->total_q);
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
@@ -81,20 +77,19 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
 {
     const fa2_problem_t *pr = &plan->problem;
     const int64_t rows = fa2_lse_rows(pr);
-    const int64_t per_head = pr->heads_q * 4; /* sinks, dsinks: float [heads_q] */
-    const fa2_span_t inputs[7] = {fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q),
-                                  fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
-                                  fa2_layout_span(pr, FA2_LAYOUT_V, "v", v),
-                                  fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
-                                  fa2_layout_span(pr, FA2_LAYOUT_O, "d_o", d_o),
-                                  fa2_bytes_span("lse", lse, rows * 4),
-                                  fa2_bytes_span("sinks", t->sinks, t->sinks ? per_head : 0)};
+    const int64_t per_head = pr->heads_q * 4; /* slopes, sinks, dsinks: float [heads_q] */
+    const fa2_span_t inputs[8] = {
+        fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q), fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
+        fa2_layout_span(pr, FA2_LAYOUT_V, "v", v), fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
+        fa2_layout_span(pr, FA2_LAYOUT_O, "d_o", d_o), fa2_bytes_span("lse", lse, rows * 4),
+        fa2_bytes_span("alibi_slopes", t->alibi_slopes, t->alibi_slopes ? per_head : 0),
+        fa2_bytes_span("sinks", t->sinks, t->sinks ? per_head : 0)};
     const fa2_span_t outputs[5] = {
         fa2_layout_span(pr, FA2_LAYOUT_Q, "dq", dq), fa2_layout_span(pr, FA2_LAYOUT_K, "dk", dk),
         fa2_layout_span(pr, FA2_LAYOUT_V, "dv", dv),
         fa2_bytes_span("dsinks", t->dsinks, t->dsinks ? per_head : 0),
         fa2_bytes_span("workspace", workspace, plan->bwd_workspace_bytes)};
-    return fa2_check_disjoint(outputs, 5, inputs, 7);
+    return fa2_check_disjoint(outputs, 5, inputs, 8);
 }
 
 fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void *k,
@@ -155,6 +150,8 @@ fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void 
     p.dq = dq;
     p.dk = dk;
     p.dv = dv;
+    p.softcap = plan->problem.softcap;
+    p.alibi_slopes = scores->alibi_slopes;
     p.sinks = scores->sinks;
     p.dsinks = scores->dsinks;
     /* The plan's workspace layout (checked: the plan is fa2_plan's, so it fits) */

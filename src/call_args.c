@@ -21,16 +21,6 @@ void fa2_backward_args_init(fa2_backward_args_t *args)
     args->struct_size = sizeof *args;
 }
 
-/* ALiBi has no backward yet (such a plan has bwd_supported = 0): its slopes must be
- * NULL. The sinks are checked against the plan by the backward. */
-static fa2_status_t check_backward_score_tensors(const fa2_backward_args_t *a)
-{
-    if (a->alibi_slopes)
-        return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "alibi_slopes is given but no backward runs ALiBi in this version");
-    return FA2_SUCCESS;
-}
-
 /* args NULL or its struct_size not `size` (not from `init`): the failure, else 0. */
 static fa2_status_t check_args(const void *args, size_t struct_size, size_t size,
                                const char *init)
@@ -75,13 +65,11 @@ fa2_status_t fa2_forward_with(const fa2_plan_t *plan, const fa2_forward_args_t *
 
 fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t *a)
 {
-    fa2_status_t s;
     fa2_clear_error();
-    if ((s = check_args(a, a ? a->struct_size : 0, sizeof *a, "fa2_backward_args_init")) ||
-        (s = check_backward_score_tensors(a)))
+    if ((s = check_args(a, a ? a->struct_size : 0, sizeof *a, "fa2_backward_args_init")))
         return s;
     const fa2_problem_t *p = plan_problem(plan);
-    const fa2_score_tensors_t scores = {NULL, a->sinks, a->dsinks};
+    const fa2_score_tensors_t scores = {a->alibi_slopes, a->sinks, a->dsinks};
     if (p && !p->total_q) {
         if (a->cu_seqlens_q || a->cu_seqlens_k || a->seqused_k)
             return fa2_fail(FA2_ERROR_UNSUPPORTED,

@@ -460,7 +460,7 @@ class Errors(unittest.TestCase):
         bwd.dsinks, bwd.alibi_slopes = None, ALIGNED
         code, msg = status(c.fa2_backward_with, ctypes.byref(bwd))
         self.assertEqual(code, fa2.FA2_ERROR_UNSUPPORTED)
-        self.assertIn("no backward runs ALiBi", msg)
+        self.assertIn("alibi_slopes is given but the plan has no ALiBi", msg)
         bwd.alibi_slopes = None
         for field, value, cls, fragment in (
                 ("softcap", float("nan"), fa2.Fa2BadScale, "softcap=nan"),
@@ -478,8 +478,7 @@ class Errors(unittest.TestCase):
             scored = problem(q_shape=shape)
             scored.softcap, scored.alibi, scored.sinks = 30.0, 1, 1
             plan = fa2.plan(scored, device())
-            self.assertEqual((plan.bwd_supported, plan.bwd_status),
-                             (0, fa2.FA2_ERROR_UNSUPPORTED))
+            self.assertEqual((plan.bwd_supported, plan.bwd_status), (1, fa2.FA2_SUCCESS))
         self.assertGreaterEqual(plan.decode_splits, 1)
         a = ALIGNED
         self.expect(fa2.Fa2Unsupported, "fa2_forward_with", plan.forward, a, a, a, a)
@@ -494,25 +493,22 @@ class Errors(unittest.TestCase):
             self.assertEqual(code, want, fragment)
             self.assertIn(fragment, msg)
 
-        # A plan with sinks alone has a backward, through fa2_backward_with only, which
-        # needs the sinks and their gradient.
+        # The backward of such a plan runs through fa2_backward_with only, which needs
+        # the slopes, the sinks and the sinks' gradient; a packed batch's has none yet.
         packed = fa2.make_varlen_problem(fa2.DTYPE_BF16, 100, 100, 8, 8, 64, batch=2,
                                          max_seqlen_q=60, max_seqlen_k=60)
         packed.sinks = 1
         self.assertEqual(fa2.plan(packed, device()).bwd_status, fa2.FA2_ERROR_UNSUPPORTED)
-        sinks_only = problem()
-        sinks_only.sinks = 1
-        plan = fa2.plan(sinks_only, device())
-        self.assertEqual((plan.bwd_supported, plan.bwd_status), (1, fa2.FA2_SUCCESS))
         self.expect(fa2.Fa2Unsupported, "fa2_backward_with", plan.backward,
                     a, a, a, a, a, a, a, a, a, a)
         c.fa2_backward_args_init(ctypes.byref(bwd))
         bwd.q = bwd.k = bwd.v = bwd.o = bwd.d_o = bwd.lse = bwd.dq = bwd.dk = bwd.dv = a
-        for sinks, dsinks, want, fragment in (
-                (None, a, fa2.FA2_ERROR_NULL_POINTER, "sinks is NULL"),
-                (a, None, fa2.FA2_ERROR_NULL_POINTER, "dsinks is NULL"),
-                (a, a + 2, fa2.FA2_ERROR_MISALIGNED, "dsinks")):
-            bwd.sinks, bwd.dsinks = sinks, dsinks
+        for slopes, sinks, dsinks, want, fragment in (
+                (None, a, a, fa2.FA2_ERROR_NULL_POINTER, "alibi_slopes is NULL"),
+                (a, None, a, fa2.FA2_ERROR_NULL_POINTER, "sinks is NULL"),
+                (a, a, None, fa2.FA2_ERROR_NULL_POINTER, "dsinks is NULL"),
+                (a, a, a + 2, fa2.FA2_ERROR_MISALIGNED, "dsinks")):
+            bwd.alibi_slopes, bwd.sinks, bwd.dsinks = slopes, sinks, dsinks
             code, msg = status(c.fa2_backward_with, ctypes.byref(bwd), plan)
             self.assertEqual(code, want, fragment)
             self.assertIn(fragment, msg)

@@ -5,9 +5,10 @@
  * lengths (rows that see no key: O = 0, LSE = the sink), through fa2_forward_with. O's
  * relative L2 error within max(2 x a same-precision naive attention's with the same
  * variants, 1e-2 bf16 / 2e-3 fp16), the LSE within 1e-3; O poisoned
- * first, so an unwritten element fails. The decode kernel's variants are in
- * test_decode_gpu, two packed batches with them in test_varlen_gpu; paged prefill with
- * the variants is not tested yet.
+ * first, so an unwritten element fails. Then the backward with each variant and all
+ * three (dQ, dK, dV, dsinks) against oracle_backward_scored, both families and modes.
+ * The decode kernel's variants are in test_decode_gpu, two packed batches with them in
+ * test_varlen_gpu; paged prefill with the variants is not tested yet.
  *
  * FA2_TEST_SEED=<seed> replays a run, FA2_TEST_CASE=<n> runs case n alone. Without a
  * CUDA device: exit 77 (skipped). */
@@ -184,26 +185,28 @@ static void test_scored_limits(void **state)
     assert_int_equal(failed, 0);
 }
 
-/* The backward with sinks (the only variant with one so far): forward and backward
- * through the _with calls, dQ, dK, dV and dsinks against oracle_backward_scored. One
- * head's sink is -inf (no sink: dsinks exactly 0 there), one's 80 (rows dominated by
- * it). dQ, dK, dV as the backward
+/* The backward with the variants `var`: forward and backward through the _with calls,
+ * dQ, dK, dV (and dsinks) against oracle_backward_scored. With sinks one head's sink is
+ * -inf (no sink: dsinks exactly 0 there), one's 80 (rows dominated by it). dQ, dK, dV as the backward
  * tests: relative L2 error within max(2 x a same-precision naive backward's, 1e-2 bf16
  * / 2e-3 fp16); dsinks as said below. dQ, dK, dV and dsinks poisoned first; a second backward must give the
  * same dsinks bits (a fixed-order sum in both modes), and in deterministic mode the
  * same dQ, dK, dV bits. */
-static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t sk,
-                              int64_t hq, int64_t hkv, int64_t d, int causal, int det,
-                              const fa2_device_info_t *info)
+static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t sk,
+                               int64_t hq, int64_t hkv, int64_t d, int causal, int det,
+                               variants_t var, const fa2_device_info_t *info)
 {
     fa2_problem_t p;
     fa2_problem_init(&p, dt, b, sq, sk, hq, hkv, d);
     p.causal = causal;
     p.deterministic = det;
-    p.sinks = 1;
+    p.softcap = var.softcap;
+    p.alibi = var.alibi;
+    p.sinks = var.sinks;
     printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
-           " d=%" PRId64 " causal=%d det=%d sinks backward", index, dt == BF16 ? "bf16" : "fp16",
-           b, sq, sk, hq, hkv, d, causal, det);
+           " d=%" PRId64 " causal=%d det=%d softcap=%g alibi=%d sinks=%d backward", index,
+           dt == BF16 ? "bf16" : "fp16", b, sq, sk, hq, hkv, d, causal, det,
+           (double)var.softcap, var.alibi, var.sinks);
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, info, &plan);
     if (st != FA2_SUCCESS || !plan.bwd_supported) {
@@ -215,7 +218,8 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
     const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d, nl = b * hq * sq;
     const int64_t n[3] = {nq, nk, nk};
     float *qv = malloc(sizeof(float) * nq), *kv = malloc(sizeof(float) * nk),
-          *vv = malloc(sizeof(float) * nk), *dov = malloc(sizeof(float) * nq), sinks[64];
+          *vv = malloc(sizeof(float) * nk), *dov = malloc(sizeof(float) * nq), sinks[64],
+          slopes[64];
     uint16_t *qb = malloc(2 * nq), *kb = malloc(2 * nk), *vb = malloc(2 * nk),
              *dob = malloc(2 * nq), *gb = malloc(2 * (nq > nk ? nq : nk)),
              *again = malloc(2 * (nq > nk ? nq : nk));
@@ -231,10 +235,12 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
     fill_rounded(kv, kb, nk, &rng, dt);
     fill_rounded(vv, vb, nk, &rng, dt);
     fill_rounded(dov, dob, nq, &rng, dt);
-    for (int64_t h = 0; h < hq; ++h)
+    for (int64_t h = 0; h < hq; ++h) {
         sinks[h] = h == 1   ? -INFINITY
                    : h == 2 ? 80.0f /* the row all sink: P ~ e^-80, dsinks ~ -sum D */
                             : oracle_rng_uniform(&rng, -3.0f, 6.0f);
+        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
+    }
     void *dq_in = device_buffer(qb, 2 * nq), *dk_in = device_buffer(kb, 2 * nk),
          *dv_in = device_buffer(vb, 2 * nk), *d_do = device_buffer(dob, 2 * nq),
          *d_o = device_buffer(NULL, 2 * nq), *fws = device_buffer(NULL, plan.workspace_bytes),
@@ -243,16 +249,20 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
                      device_buffer(NULL, 2 * nk)};
     float *dlse = device_buffer(NULL, sizeof(float) * nl),
           *dsinks_in = device_buffer(sinks, sizeof(float) * hq),
+          *dslopes = device_buffer(slopes, sizeof(float) * hq),
           *dds = device_buffer(NULL, sizeof(float) * hq), ds1[64], ds2[64];
     fa2_forward_args_t fa;
     fa2_forward_args_init(&fa);
-    fa.q = dq_in, fa.k = dk_in, fa.v = dv_in, fa.o = d_o, fa.lse = dlse, fa.sinks = dsinks_in;
+    fa.q = dq_in, fa.k = dk_in, fa.v = dv_in, fa.o = d_o, fa.lse = dlse;
+    fa.sinks = var.sinks ? dsinks_in : NULL, fa.alibi_slopes = var.alibi ? dslopes : NULL;
     fa.workspace = fws, fa.workspace_bytes = (size_t)plan.workspace_bytes;
     assert_int_equal(fa2_forward_with(&plan, &fa), FA2_SUCCESS);
     fa2_backward_args_t ba;
     fa2_backward_args_init(&ba);
     ba.q = dq_in, ba.k = dk_in, ba.v = dv_in, ba.o = d_o, ba.d_o = d_do, ba.lse = dlse;
-    ba.dq = grad[0], ba.dk = grad[1], ba.dv = grad[2], ba.sinks = dsinks_in, ba.dsinks = dds;
+    ba.dq = grad[0], ba.dk = grad[1], ba.dv = grad[2];
+    ba.sinks = var.sinks ? dsinks_in : NULL, ba.dsinks = var.sinks ? dds : NULL;
+    ba.alibi_slopes = var.alibi ? dslopes : NULL;
     ba.workspace = bws, ba.workspace_bytes = (size_t)plan.bwd_workspace_bytes;
     st = fa2_backward_with(&plan, &ba);
     if (st != FA2_SUCCESS) {
@@ -261,7 +271,8 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
     }
     assert_int_equal(cudaMemcpy(ds1, dds, sizeof(float) * hq, cudaMemcpyDeviceToHost),
                      cudaSuccess);
-    const oracle_score_t mod = {0.0, NULL, sinks};
+    const oracle_score_t mod = {var.softcap, var.alibi ? slopes : NULL,
+                                var.sinks ? sinks : NULL};
     assert_int_equal(oracle_backward_scored(&p, &mod, qv, kv, vv, dov, want[0], want[1],
                                             want[2], want_ds), 0);
     assert_int_equal(oracle_backward_scored_rounded(&p, &mod, qv, kv, vv, dov, ref[0], ref[1],
@@ -294,7 +305,7 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
                      cudaSuccess);
     double ds_worst = 0.0;
     const double unit = dt == BF16 ? 0x1p-8 : 0x1p-11, tiny = dt == BF16 ? 0x1p-133 : 0x1p-24;
-    for (int64_t h = 0; h < hq; ++h) {
+    for (int64_t h = 0; h < hq && var.sinks; ++h) {
         double bound = 0.0;
         for (int64_t bi = 0; bi < b && sinks[h] != -INFINITY; ++bi)
             for (int64_t i = 0; i < sq; ++i) {
@@ -309,9 +320,11 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
         const double e = fabs(ds1[h] - want_ds[h]);
         ds_worst = fmax(ds_worst, bound > 0.0 ? e / bound : (e > 0.0 ? INFINITY : 0.0));
     }
-    pass &= ds_worst <= 1.0 && ds1[1] == 0.0f;
-    printf(" dsinks error %.2e of O's rounding (bound 1, no-sink head %g)", ds_worst,
-           (double)ds1[1]);
+    if (var.sinks) {
+        pass &= ds_worst <= 1.0 && ds1[1] == 0.0f;
+        printf(" dsinks error %.2e of O's rounding (bound 1, no-sink head %g)", ds_worst,
+               (double)ds1[1]);
+    }
     free(o_bits), free(lse_h);
     /* again: dsinks bit-identical; dQ, dK, dV too in deterministic mode */
     uint16_t *first = malloc(2 * (nq + 2 * nk));
@@ -333,6 +346,7 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
     free(first);
     cudaFree(dq_in), cudaFree(dk_in), cudaFree(dv_in), cudaFree(d_do), cudaFree(d_o);
     cudaFree(fws), cudaFree(bws), cudaFree(dlse), cudaFree(dsinks_in), cudaFree(dds);
+    cudaFree(dslopes);
     for (int t = 0; t < 3; ++t)
         cudaFree(grad[t]), free(want[t]), free(ref[t]);
     free(qv), free(kv), free(vv), free(dov), free(qb), free(kb), free(vb), free(dob);
@@ -340,27 +354,31 @@ static int run_sinks_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq,
     return pass && same;
 }
 
-/* Both backward modes and kernel families (this device, the 99 KiB record), GQA, the
- * head-dim buckets, causal with q > k (rows that see no key: their LSE is the sink). */
-static void test_sinks_backward(void **state)
+/* Each variant alone and all three, both backward modes and kernel families (this
+ * device, the 99 KiB record), GQA, the head-dim buckets, causal with q > k (rows that
+ * see no key: their LSE is the sink), softcap small (tanh bends) and large. */
+static void test_scored_backward(void **state)
 {
     (void)state;
     static const int64_t dims[] = {64, 96, 128, 256};
+    static const variants_t vars[] = {
+        {0.0f, 0, 1, 0.0f}, {30.0f, 0, 0, 0.0f}, {0.0f, 1, 0, 0.0f}, {2.0f, 1, 1, 0.0f}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 600, failed = 0, run = 0;
-    for (int device = 0; device < 2; ++device)
-        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
-            for (int det = 0; det < 2; ++det, ++index) {
-                if (g_only >= 0 && g_only != index)
-                    continue;
-                const int causal = (int)((di + (size_t)det) % 2);
-                failed += !run_sinks_backward(index, (di + (size_t)device) % 2 ? FP16 : BF16,
-                                              2, causal ? 190 : 77, causal ? 150 : 260, 4, 2,
-                                              dims[di], causal, det,
-                                              device ? &consumer : &g_info);
-                ++run;
-            }
-    printf("%ld of %ld sinks backward cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; ++vi)
+        for (int device = 0; device < 2; ++device)
+            for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+                for (int det = 0; det < 2; ++det, ++index) {
+                    if (g_only >= 0 && g_only != index)
+                        continue;
+                    const int causal = (int)((di + (size_t)det + vi) % 2);
+                    failed += !run_scored_backward(
+                        index, (di + (size_t)device + vi) % 2 ? FP16 : BF16, 2,
+                        causal ? 190 : 77, causal ? 150 : 260, 4, 2, dims[di], causal, det,
+                        vars[vi], device ? &consumer : &g_info);
+                    ++run;
+                }
+    printf("%ld of %ld scored backward cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
     assert_int_equal(failed, 0);
 }
 
@@ -372,7 +390,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scored_dense),
         cmocka_unit_test(test_scored_limits),
-        cmocka_unit_test(test_sinks_backward),
+        cmocka_unit_test(test_scored_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,10 +24,15 @@ __global__ void __launch_bounds__(kDsinkThreads) dsink_kernel(const fa2_params_t
     const int head = blockIdx.x, tid = threadIdx.x;
     const float sink = p.sinks[head];
     // Head `head`'s rows: a packed batch's [cu_seqlens_q[0], cu_seqlens_q[batch]) of
-    // its stats row, or seqlen_q rows per sequence.
+    // its stats row (kept inside the planned total_q whatever the offsets say), or
+    // seqlen_q rows per sequence.
     const int64_t seqs = p.cu_seqlens_q ? 1 : p.batch;
-    const int64_t first = p.cu_seqlens_q ? p.cu_seqlens_q[0] : 0;
-    const int64_t rows = p.cu_seqlens_q ? p.cu_seqlens_q[p.batch] - first : p.seqlen_q;
+    int64_t first = 0, rows = p.seqlen_q;
+    if (p.cu_seqlens_q) {
+        const int64_t total = p.total_q, lo = p.cu_seqlens_q[0], hi = p.cu_seqlens_q[p.batch];
+        first = lo < 0 ? 0 : lo > total ? total : lo;
+        rows = (hi < first ? first : hi > total ? total : hi) - first;
+    }
     float sum = 0.f;
     if (sink != -INFINITY) {
         for (int64_t b = 0; b < seqs; ++b) {

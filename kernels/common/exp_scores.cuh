@@ -8,6 +8,7 @@
 #include "common/mask.cuh"
 #include "common/params.h"
 #include "common/ptx.cuh"
+#include "common/score_variants.cuh"
 
 namespace fa2 {
 
@@ -66,6 +67,61 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
         [&](int n, int e) {
             return win.visible_flat(row + 8 * (e >> 1), key0 + n * 8 + 2 * (lane & 3) + (e & 1));
         });
+}
+
+// With the score variants (common/score_variants.cuh): P as above, from the score
+// transformed as the forward did it (softcap's tanh, ALiBi's distance, in score units),
+// and pg = P times the softcap's derivative 1 - tanh^2 (P without softcap), which dS
+// takes in place of P: dS = pg (dP - D), scaled by softmax_scale as the plain one.
+// query(n, e), key(n, e): the element's query row and key; neg_lse_log2 as above.
+template <int kN, typename NegLseLog2, typename Query, typename Key>
+__device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], float (&pg)[kN][4],
+                                                  const ScoreVariants &v, const KeyWindow &win,
+                                                  int seqlen_q, bool masked,
+                                                  NegLseLog2 neg_lse_log2, Query query, Key key)
+{
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = query(n, e), col = key(n, e);
+            float y = acc[n][e], slope = 1.f;
+            if (v.tanh_scale != 0.f) {
+                y = tanh_approx(y * v.tanh_scale);
+                slope = 1.f - y * y;
+            }
+            y = fmaf(-v.alibi, fabsf(static_cast<float>(row - col) + v.offset), y);
+            float x = exp2_approx(fmaf(y, v.score_log2, neg_lse_log2(n, e)));
+            if (masked && !((row < seqlen_q) & win.visible_flat(row, col))) x = 0.f;
+            acc[n][e] = x;
+            pg[n][e] = x * slope;
+        }
+}
+
+// exp_scores_keys_as_rows with the score variants, and pg.
+template <int kN>
+__device__ __forceinline__ void exp_scores_keys_as_rows_scored(
+    float (&acc)[kN][4], float (&pg)[kN][4], const ScoreVariants &v, int seqlen_q,
+    const KeyWindow &win, const float *lse, bool masked, int row0, int key_row, int lane)
+{
+    exp_scores_scored(
+        acc, pg, v, win, seqlen_q, masked,
+        [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
+        [&](int n, int e) { return row0 + n * 8 + 2 * (lane & 3) + (e & 1); },
+        [&](int, int e) { return key_row + 8 * (e >> 1); });
+}
+
+// exp_scores_queries_as_rows with the score variants, and pg (seqlen_q: rows past it
+// are masked only where `masked`, as there).
+template <int kN>
+__device__ __forceinline__ void exp_scores_queries_as_rows_scored(
+    float (&acc)[kN][4], float (&pg)[kN][4], const ScoreVariants &v, const KeyWindow &win,
+    const float (&lse_log2)[2], bool masked, int row, int key0, int lane)
+{
+    exp_scores_scored(
+        acc, pg, v, win, 0x7fffffff, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
+        [&](int, int e) { return row + 8 * (e >> 1); },
+        [&](int n, int e) { return key0 + n * 8 + 2 * (lane & 3) + (e & 1); });
 }
 
 }  // namespace fa2

@@ -28,8 +28,9 @@
 namespace fa2 {
 
 // kAtomicDq: also adds dS K into p.dq_accum with fp32 atomics (the dq kernel is then
-// not needed); else the dQ kernel computes dQ without atomics.
-template <typename Tr, bool kAtomicDq>
+// not needed); else the dQ kernel computes dQ without atomics. kScored: the score
+// variants (softcap, ALiBi) in the recomputed P and in dS.
+template <typename Tr, bool kAtomicDq, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -103,35 +104,63 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
             const float *lse = stats + buf * 2 * Tr::kBlockM;
             const float *dsum = lse + Tr::kBlockM;
 
-            // Pᵀ = exp(scale·Sᵀ − LSE): rows are keys, columns queries.
-            float pt[kM][kN][4];
-            zero(pt);
-            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pt, k_smem + warp_rows,
-                                                                    q_smem[buf], lane);
-            const bool masked = row0 + Tr::kBlockM > seq.seqlen_q ||
-                                win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
-                                                     key_first + Tr::kBlockN - 1);
+            float pt[kM][kN][4], ds[kM][kN][4];
+            if constexpr (kScored) {
+                // dPᵀ first, so that each element's pg meets it as it is made.
+                zero(ds);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, v_smem + warp_rows,
+                                                                        do_smem[buf], lane);
+                zero(pt);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pt, k_smem + warp_rows,
+                                                                        q_smem[buf], lane);
+                const bool masked = row0 + Tr::kBlockM > seq.seqlen_q ||
+                                    win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
+                                                         key_first + Tr::kBlockN - 1);
+                const ScoreVariants v =
+                    score_variants(p, b.head(step), seq.seqlen_q, seq.seqlen_k);
 #pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
-                exp_scores_keys_as_rows(pt[m], p.scale_log2, seq.seqlen_q, win, lse, masked,
-                                        row0, key_row, lane);
-            }
+                for (int m = 0; m < kM; ++m) {
+                    float pg[kN][4];
+                    const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
+                    exp_scores_keys_as_rows_scored(pt[m], pg, v, seq.seqlen_q, win, lse, masked,
+                                                   row0, key_row, lane);
+#pragma unroll
+                    for (int n = 0; n < kN; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                            ds[m][n][e] = pg[n][e] * (ds[m][n][e] - dsum[col]);
+                        }
+                }
+            } else {
+                // Pᵀ = exp(scale·Sᵀ − LSE): rows are keys, columns queries.
+                zero(pt);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pt, k_smem + warp_rows,
+                                                                        q_smem[buf], lane);
+                const bool masked = row0 + Tr::kBlockM > seq.seqlen_q ||
+                                    win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
+                                                         key_first + Tr::kBlockN - 1);
+#pragma unroll
+                for (int m = 0; m < kM; ++m) {
+                    const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
+                    exp_scores_keys_as_rows(pt[m], p.scale_log2, seq.seqlen_q, win, lse, masked,
+                                            row0, key_row, lane);
+                }
 
-            // dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ.
-            float ds[kM][kN][4];
-            zero(ds);
-            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, v_smem + warp_rows,
-                                                                    do_smem[buf], lane);
+                // dSᵀ = Pᵀ ∘ (dPᵀ − D), dPᵀ = V dOᵀ.
+                zero(ds);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, v_smem + warp_rows,
+                                                                        do_smem[buf], lane);
 #pragma unroll
-            for (int m = 0; m < kM; ++m)
+                for (int m = 0; m < kM; ++m)
 #pragma unroll
-                for (int n = 0; n < kN; ++n)
+                    for (int n = 0; n < kN; ++n)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                        ds[m][n][e] = pt[m][n][e] * (ds[m][n][e] - dsum[col]);
-                    }
+                        for (int e = 0; e < 4; ++e) {
+                            const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                            ds[m][n][e] = pt[m][n][e] * (ds[m][n][e] - dsum[col]);
+                        }
+            }
 
             if constexpr (kAtomicDq) {
                 // dS to shared memory as [query][key], rounded as the GEMMs see it.
@@ -170,7 +199,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
     store_dkdv<Elem>(p, b, dk, dv, key_first + warp * kM * 16, slice * Tr::kSliceDim, lane);
 }
 
-template <typename Tr>
+template <typename Tr, bool kScored>
 __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -215,6 +244,9 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
             dsum[m][h] = valid ? p.d_sum[stat0 + row] : 0.f;
         }
 
+    [[maybe_unused]] ScoreVariants variants{};
+    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
+
     float dq[kM][kD][4];
     zero(dq);
     if (n_end > n_first) {
@@ -238,27 +270,50 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
             }
             const int key0 = n_block * Tr::kDqBlockN;
 
-            float pr[kM][kN][4];
-            zero(pr);
-            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pr, q_smem + warp_rows,
-                                                                    k_smem[buf], lane);
-            const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
+            float pr[kM][kN][4], ds[kM][kN][4];
+            if constexpr (kScored) {
+                // dP first, so that each element's pg meets it as it is made.
+                zero(ds);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, do_smem + warp_rows,
+                                                                        v_smem[buf], lane);
+                zero(pr);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pr, q_smem + warp_rows,
+                                                                        k_smem[buf], lane);
+                const bool masked =
+                    win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
 #pragma unroll
-            for (int m = 0; m < kM; ++m)
-                exp_scores_queries_as_rows(pr[m], p.scale_log2, win, lse_log2[m], masked,
-                                           warp_row0 + m * 16 + (lane >> 2), key0, lane);
+                for (int m = 0; m < kM; ++m) {
+                    float pg[kN][4];
+                    exp_scores_queries_as_rows_scored(pr[m], pg, variants, win, lse_log2[m],
+                                                      masked, warp_row0 + m * 16 + (lane >> 2),
+                                                      key0, lane);
+#pragma unroll
+                    for (int n = 0; n < kN; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            ds[m][n][e] = pg[n][e] * (ds[m][n][e] - dsum[m][e >> 1]);
+                }
+            } else {
+                zero(pr);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pr, q_smem + warp_rows,
+                                                                        k_smem[buf], lane);
+                const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
+#pragma unroll
+                for (int m = 0; m < kM; ++m)
+                    exp_scores_queries_as_rows(pr[m], p.scale_log2, win, lse_log2[m], masked,
+                                               warp_row0 + m * 16 + (lane >> 2), key0, lane);
 
-            float ds[kM][kN][4];
-            zero(ds);
-            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, do_smem + warp_rows,
-                                                                    v_smem[buf], lane);
+                zero(ds);
+                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, do_smem + warp_rows,
+                                                                        v_smem[buf], lane);
 #pragma unroll
-            for (int m = 0; m < kM; ++m)
+                for (int m = 0; m < kM; ++m)
 #pragma unroll
-                for (int n = 0; n < kN; ++n)
+                    for (int n = 0; n < kN; ++n)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        ds[m][n][e] = pr[m][n][e] * (ds[m][n][e] - dsum[m][e >> 1]);
+                        for (int e = 0; e < 4; ++e)
+                            ds[m][n][e] = pr[m][n][e] * (ds[m][n][e] - dsum[m][e >> 1]);
+            }
 
             gemm_pb<Elem, Tr::kRowBytes, kM, kD, Tr::kDqBlockN / 16>(dq, ds, k_smem[buf], lane);
         }

@@ -12,8 +12,8 @@
 
 namespace fa2 {
 
-template <typename Elem, int kHeadDim, int kCompact>
-cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
+template <typename Elem, int kHeadDim, int kCompact, bool kScored>
+cudaError_t bwd_run_kernels(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
     using Tr = BwdTraits<Elem, kHeadDim, kCompact>;
     const int64_t rows = static_cast<int64_t>(p.heads_q) *
@@ -24,25 +24,34 @@ cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_qu
     cudaError_t err;
     if (p.dq_accum) {
         // dQ accumulated by the dK/dV kernel with atomics, then scaled and converted.
-        if ((err = allow_smem(dkdv_kernel<Tr, true>, Tr::kAtomicSmemBytes)) != cudaSuccess ||
+        if ((err = allow_smem(dkdv_kernel<Tr, true, kScored>, Tr::kAtomicSmemBytes)) != cudaSuccess ||
             (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
-            (err = launch(dkdv_kernel<Tr, true>, dkdv_grid, Tr::kThreads, Tr::kAtomicSmemBytes,
+            (err = launch(dkdv_kernel<Tr, true, kScored>, dkdv_grid, Tr::kThreads, Tr::kAtomicSmemBytes,
                           stream, p)) != cudaSuccess)
             return err;
         outputs_queued = true;
         return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                       32 * kDotWarps, 0, stream, p);
     }
-    if ((err = allow_smem(dkdv_kernel<Tr, false>, Tr::kDkdvSmemBytes)) != cudaSuccess ||
-        (err = allow_smem(dq_kernel<Tr>, Tr::kDqSmemBytes)) != cudaSuccess ||
+    if ((err = allow_smem(dkdv_kernel<Tr, false, kScored>, Tr::kDkdvSmemBytes)) != cudaSuccess ||
+        (err = allow_smem(dq_kernel<Tr, kScored>, Tr::kDqSmemBytes)) != cudaSuccess ||
         (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                       32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
-        (err = launch(dkdv_kernel<Tr, false>, dkdv_grid, Tr::kThreads, Tr::kDkdvSmemBytes,
+        (err = launch(dkdv_kernel<Tr, false, kScored>, dkdv_grid, Tr::kThreads, Tr::kDkdvSmemBytes,
                       stream, p)) != cudaSuccess)
         return err;
     outputs_queued = true;
-    return launch(dq_kernel<Tr>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
+    return launch(dq_kernel<Tr, kScored>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
+}
+
+// The kScored kernels when softcap or ALiBi is on (sinks need nothing of them).
+template <typename Elem, int kHeadDim, int kCompact>
+cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
+{
+    return p.softcap != 0.f || p.alibi_slopes
+               ? bwd_run_kernels<Elem, kHeadDim, kCompact, true>(p, stream, outputs_queued)
+               : bwd_run_kernels<Elem, kHeadDim, kCompact, false>(p, stream, outputs_queued);
 }
 
 }  // namespace fa2

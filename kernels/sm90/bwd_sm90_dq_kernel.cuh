@@ -39,7 +39,8 @@ struct DqSm90Traits {
                   "the planner's shared-memory formula (bwd_sm90_tiles.h)");
 };
 
-template <typename Tr>
+// kScored: the score variants (softcap, ALiBi) in the recomputed P and in dS.
+template <typename Tr, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -86,6 +87,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
         dsum[h] = valid ? p.d_sum[stat0 + row] : 0.f;
     }
 
+    [[maybe_unused]] ScoreVariants variants{};
+    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
+
     float dq[1][kD][4];
     zero(dq);
     if (n_end > n_first) {
@@ -128,8 +132,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
             reg_fence(s);
 
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kBlockN - 1);
-            exp_scores_queries_as_rows(s, p.scale_log2, win, lse_log2, masked,
-                                       warp_row0 + (lane >> 2), key0, lane);
+            if constexpr (!kScored)
+                exp_scores_queries_as_rows(s, p.scale_log2, win, lse_log2, masked,
+                                           warp_row0 + (lane >> 2), key0, lane);
 
             wgmma_wait<0>();
             reg_fence(dp);
@@ -138,10 +143,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
                 load_v(v_smem, n_block - 1);
                 cp_async_commit();
             }
+            if constexpr (kScored) {
+                float pg[kN][4];
+                exp_scores_queries_as_rows_scored(s, pg, variants, win, lse_log2, masked,
+                                                  warp_row0 + (lane >> 2), key0, lane);
 #pragma unroll
-            for (int n = 0; n < kN; ++n)
+                for (int n = 0; n < kN; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - dsum[e >> 1]);
+                    for (int e = 0; e < 4; ++e) dp[n][e] = pg[n][e] * (dp[n][e] - dsum[e >> 1]);
+            } else {
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - dsum[e >> 1]);
+            }
             uint32_t ds[Tr::kBlockN / 16][4];
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(ds[kk], dp, kk);

@@ -138,8 +138,9 @@ __device__ __forceinline__ void load_kv_sm90(const fa2_params_t &p, const KeyBlo
 }
 
 // kAtomicDq: also dQ += dS K, staged for the writer warpgroup; else only dK and dV
-// (dq_sm90_kernel computes dQ; the writer has nothing to do).
-template <typename Tr, bool kAtomicDq>
+// (dq_sm90_kernel computes dQ; the writer has nothing to do). kScored: the score
+// variants (softcap, ALiBi) in the recomputed P and in dS.
+template <typename Tr, bool kAtomicDq, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -237,17 +238,36 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
             const bool masked = row0 + Tr::kBlockM > b.seq.seqlen_q ||
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
-            exp_scores_keys_as_rows(st, p.scale_log2, b.seq.seqlen_q, win, lse, masked, row0,
-                                    key_first + warp * 16 + (lane >> 2), lane);
-            wgmma_wait<0>();
-            reg_fence(dpt);
+            if constexpr (kScored) {
+                // pg meets dPᵀ as it is made: both products first.
+                wgmma_wait<0>();
+                reg_fence(st);
+                reg_fence(dpt);
+                const ScoreVariants v =
+                    score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
+                float pg[kN][4];
+                exp_scores_keys_as_rows_scored(st, pg, v, b.seq.seqlen_q, win, lse, masked, row0,
+                                               key_first + warp * 16 + (lane >> 2), lane);
 #pragma unroll
-            for (int n = 0; n < kN; ++n)
+                for (int n = 0; n < kN; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                    dpt[n][e] = st[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
-                }
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        dpt[n][e] = pg[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
+                    }
+            } else {
+                exp_scores_keys_as_rows(st, p.scale_log2, b.seq.seqlen_q, win, lse, masked, row0,
+                                        key_first + warp * 16 + (lane >> 2), lane);
+                wgmma_wait<0>();
+                reg_fence(dpt);
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                        dpt[n][e] = st[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
+                    }
+            }
 
             uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
 #pragma unroll

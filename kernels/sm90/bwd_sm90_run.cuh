@@ -17,8 +17,9 @@
 
 namespace fa2 {
 
-template <typename Elem, int kHeadDim>
-cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
+template <typename Elem, int kHeadDim, bool kScored>
+cudaError_t bwd_sm90_run_kernels(const fa2_params_t &p, cudaStream_t stream,
+                                 bool &outputs_queued)
 {
     constexpr bool kSplit = BwdSm90Tile<kHeadDim>::kSplit;
     using Dq = DqSm90Traits<Elem, kHeadDim>;
@@ -31,20 +32,20 @@ cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outpu
     if constexpr (kSplit) {
         using Tr = BwdSm90SplitTraits<Elem, kHeadDim>;
         const int64_t grid = (p.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * p.heads_kv * p.batch;
-        if ((err = allow_smem(dkdv_sm90_split_kernel<Tr>, Tr::kSmemBytes)) != cudaSuccess ||
-            (err = allow_smem(dq_sm90_kernel<Dq>, Dq::kSmemBytes)) != cudaSuccess ||
+        if ((err = allow_smem(dkdv_sm90_split_kernel<Tr, kScored>, Tr::kSmemBytes)) != cudaSuccess ||
+            (err = allow_smem(dq_sm90_kernel<Dq, kScored>, Dq::kSmemBytes)) != cudaSuccess ||
             (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
-            (err = launch(dkdv_sm90_split_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream,
+            (err = launch(dkdv_sm90_split_kernel<Tr, kScored>, grid, Tr::kThreads, Tr::kSmemBytes, stream,
                           p)) != cudaSuccess)
             return err;
         outputs_queued = true;
     } else {
         using Tr = BwdSm90Traits<Elem, kHeadDim>;
         const int64_t grid = (p.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN * p.heads_kv * p.batch;
-        const auto dkdv = atomic ? dkdv_sm90_kernel<Tr, true> : dkdv_sm90_kernel<Tr, false>;
+        const auto dkdv = atomic ? dkdv_sm90_kernel<Tr, true, kScored> : dkdv_sm90_kernel<Tr, false, kScored>;
         if ((err = allow_smem(dkdv, Tr::kSmemBytes)) != cudaSuccess ||
-            (!atomic && (err = allow_smem(dq_sm90_kernel<Dq>, Dq::kSmemBytes)) != cudaSuccess) ||
+            (!atomic && (err = allow_smem(dq_sm90_kernel<Dq, kScored>, Dq::kSmemBytes)) != cudaSuccess) ||
             (err = launch(dot_do_o_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p)) != cudaSuccess ||
             (err = launch(dkdv, grid, Tr::kThreads, Tr::kSmemBytes, stream, p)) != cudaSuccess)
@@ -54,7 +55,16 @@ cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outpu
             return launch(dq_convert_kernel<Elem>, row_kernel_blocks(rows, p.head_dim),
                           32 * kDotWarps, 0, stream, p);
     }
-    return launch(dq_sm90_kernel<Dq>, dq_grid, Dq::kThreads, Dq::kSmemBytes, stream, p);
+    return launch(dq_sm90_kernel<Dq, kScored>, dq_grid, Dq::kThreads, Dq::kSmemBytes, stream, p);
+}
+
+// The kScored kernels when softcap or ALiBi is on (sinks need nothing of them).
+template <typename Elem, int kHeadDim>
+cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
+{
+    return p.softcap != 0.f || p.alibi_slopes
+               ? bwd_sm90_run_kernels<Elem, kHeadDim, true>(p, stream, outputs_queued)
+               : bwd_sm90_run_kernels<Elem, kHeadDim, false>(p, stream, outputs_queued);
 }
 
 }  // namespace fa2

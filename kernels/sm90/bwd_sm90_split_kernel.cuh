@@ -39,7 +39,9 @@ struct BwdSm90SplitTraits {
                   "the planner's shared-memory formula (bwd_sm90_tiles.h)");
 };
 
-template <typename Tr>
+// kScored: the score variants (softcap, ALiBi) in the recomputed P and in dS (warpgroup
+// 0 hands warpgroup 1 pg, P times softcap's derivative, in place of P).
+template <typename Tr, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const fa2_params_t p)
 {
 #if defined(FA2_SM90A)
@@ -133,11 +135,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                 const bool masked = row0 + Tr::kBlockM > b.seq.seqlen_q ||
                                     win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                          key_last);
-                exp_scores_keys_as_rows(acc, p.scale_log2, b.seq.seqlen_q, win, lse, masked,
-                                        row0, key_row, lane);
+                if constexpr (kScored) {
+                    const ScoreVariants v =
+                        score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
+                    float pg[kN][4];
+                    exp_scores_keys_as_rows_scored(acc, pg, v, b.seq.seqlen_q, win, lse, masked,
+                                                   row0, key_row, lane);
 #pragma unroll
-                for (int n = 0; n < kN; ++n)
-                    xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+                    for (int n = 0; n < kN; ++n)
+                        xchg[n * 128] = make_float4(pg[n][0], pg[n][1], pg[n][2], pg[n][3]);
+                } else {
+                    exp_scores_keys_as_rows(acc, p.scale_log2, b.seq.seqlen_q, win, lse, masked,
+                                            row0, key_row, lane);
+#pragma unroll
+                    for (int n = 0; n < kN; ++n)
+                        xchg[n * 128] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+                }
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(frag[kk], acc, kk);
                 store_tile(pt_smem, frag);

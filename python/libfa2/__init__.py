@@ -739,10 +739,11 @@ class Plan:
                        "fa2_forward_with")
 
     def backward_with(self, q, k, v, o, d_o, lse, dq, dk, dv, workspace, cu_seqlens_q=None,
-                      cu_seqlens_k=None, seqused_k=None, sinks=None, dsinks=None,
-                      workspace_bytes=None, stream=None):
-        """fa2_backward_with: any plan's backward, with the sinks (float32 [heads_q]) and
-        their gradient dsinks (written) when the plan has sinks."""
+                      cu_seqlens_k=None, seqused_k=None, alibi_slopes=None, sinks=None,
+                      dsinks=None, workspace_bytes=None, stream=None):
+        """fa2_backward_with: any plan's backward, with the score variants' per-head
+        tensors (float32 [heads_q]) when the plan has them, and the sinks' gradient
+        dsinks (written)."""
         if workspace_bytes is None:
             workspace_bytes = _nbytes(workspace) if _is_tensor(workspace) \
                 else self.raw.bwd_workspace_bytes
@@ -751,7 +752,8 @@ class Plan:
         for name, value in (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse),
                             ("dq", dq), ("dk", dk), ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
                             ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
-                            ("sinks", sinks), ("dsinks", dsinks), ("workspace", workspace)):
+                            ("alibi_slopes", alibi_slopes), ("sinks", sinks),
+                            ("dsinks", dsinks), ("workspace", workspace)):
             setattr(args, name, _ptr(value))
         args.workspace_bytes = workspace_bytes
         args.stream = _stream(stream)

@@ -239,9 +239,10 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
                                pl->bwd_status == FA2_ERROR_OVERLAP ||
                                pl->bwd_status == FA2_ERROR_UNSUPPORTED));
-    /* a paged cache, softcap, ALiBi, a packed batch's sinks: forward only */
+    /* a paged cache, or a packed batch with a score variant: forward only */
     CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) ==
-          (q->page_size != 0 || q->softcap != 0.0f || q->alibi || (q->sinks && q->total_q)));
+          (q->page_size != 0 ||
+           ((q->softcap != 0.0f || q->alibi || q->sinks) && q->total_q)));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper
@@ -533,7 +534,7 @@ static void fuzz_backward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_b
         want = FA2_ERROR_MISALIGNED;
     else if (!pl->bwd_supported)
         want = (fa2_status_t)pl->bwd_status; /* the reason fa2_plan recorded */
-    else if (pr->sinks)
+    else if (pr->alibi || pr->sinks)
         want = FA2_ERROR_UNSUPPORTED; /* their tensors go through fa2_backward_with */
     else if (any_mis)
         want = FA2_ERROR_MISALIGNED;

@@ -382,6 +382,21 @@ static void test_scored_backward(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* The backward at softcap's accepted ends (FA2_MAX_SOFTCAP: tanh's derivative 1 to fp32
+ * rounding; 1e-30: 0 but where a score is 0), with ALiBi and sinks, both families. */
+static void test_scored_backward_limits(void **state)
+{
+    (void)state;
+    static const float caps[] = {FA2_MAX_SOFTCAP, 1e-30f};
+    long index = 700, failed = 0;
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
+        for (int64_t d = 96; d <= 128; d += 32, ++index)
+            if (g_only < 0 || g_only == index)
+                failed += !run_scored_backward(index, BF16, 1, 257, 300, 4, 2, d, 1, 0,
+                                               (variants_t){caps[ci], 1, 1}, &g_info);
+    assert_int_equal(failed, 0);
+}
+
 int main(void)
 {
     const int setup = gpu_test_setup("scored", &g_info, &g_seed, &g_only);
@@ -391,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_scored_dense),
         cmocka_unit_test(test_scored_limits),
         cmocka_unit_test(test_scored_backward),
+        cmocka_unit_test(test_scored_backward_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -219,9 +219,7 @@ typedef struct fa2_problem_t {
  * adds softcap's derivative (1 - tanh^2) and writes dsinks_h = -sum over the batch and
  * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic (summed in a fixed order: the same
  * bits every run, in both modes). The slopes, sinks and dsinks are float32 [heads_q]
- * device tensors passed with the call (fa2_forward_with, fa2_backward_with). In this
- * version the backward runs the variants in dense batches; a packed batch with one has
- * none (bwd_status = FA2_ERROR_UNSUPPORTED). */
+ * device tensors passed with the call (fa2_forward_with, fa2_backward_with). */
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
  * in Q, K, V and O, laid out [total_q, heads_q, head_dim] (Q, O) and [total_k,

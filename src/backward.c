@@ -32,14 +32,9 @@ static fa2_status_t check_backward_supported(const fa2_plan_t *plan)
                         pr->k_batch_stride, pr->k_seq_stride, pr->k_head_stride,
                         pr->v_batch_stride, pr->v_seq_stride, pr->v_head_stride);
     case FA2_ERROR_UNSUPPORTED:
-        if (pr->page_size)
-            return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                            "a paged K/V cache (page_size=%" PRId64 ") has no backward",
-                            pr->page_size);
         return fa2_fail(FA2_ERROR_UNSUPPORTED,
-                        "the score variants in a packed batch (total_q=%" PRId64 ") have no "
-                        "backward in this version (a dense batch's do)",
-                        pr->total_q);
+                        "a paged K/V cache (page_size=%" PRId64 ") has no backward",
+                        pr->page_size);
     case FA2_ERROR_SIZE_OVERFLOW:
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
                         "the backward workspace of batch=%" PRId64 " heads_q=%" PRId64

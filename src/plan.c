@@ -154,8 +154,6 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
         out->bwd_status = FA2_ERROR_SHARED_MEMORY;
     if (pr->page_size)
         out->bwd_status = FA2_ERROR_UNSUPPORTED; /* a paged K/V cache: inference, forward */
-    if ((pr->softcap != 0.0f || pr->alibi || pr->sinks) && pr->total_q)
-        out->bwd_status = FA2_ERROR_UNSUPPORTED; /* not yet run on a GPU: forward only */
     out->bwd_supported = out->bwd_status == FA2_SUCCESS;
 }
 

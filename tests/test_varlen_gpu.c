@@ -159,12 +159,16 @@ typedef struct packed_t {
     void *q, *k, *v, *o;         /* device tensors (o: the forward's output) */
     float *lse;
     const int32_t *dcu_q, *dcu_k, *dused;
+    const oracle_score_t *mod;   /* the score variants (NULL: none) */
+    const float *dslopes, *dsinks; /* their device tensors */
 } packed_t;
 
-/* fa2_backward_varlen (deterministic or not) against oracle_backward per sequence:
- * rel L2 of each gradient within max(2 x the same-precision reference's, floor); every
- * sequence's rows finite; dK and dV rows no sequence uses untouched (poison), dQ rows
- * no sequence has untouched or 0 (the default mode's conversion writes every row). */
+/* fa2_backward_varlen (deterministic or not; with the score variants fa2_backward_with)
+ * against oracle_backward_scored per sequence: rel L2 of each gradient within max(2 x
+ * the same-precision reference's, floor), and with sinks dsinks (summed over the
+ * sequences) within one rounding of its terms' scale; every sequence's rows finite; dK
+ * and dV rows no sequence uses untouched (poison), dQ rows no sequence has untouched
+ * or 0 (the default mode's conversion writes every row). */
 static int check_backward(const packed_t *b, const fa2_plan_t *fwd_plan, int deterministic)
 {
     const varlen_case_t *c = b->c;
@@ -197,10 +201,18 @@ static int check_backward(const packed_t *b, const fa2_plan_t *fwd_plan, int det
                                                          device_buffer(NULL, 2 * (size_t)nk),
                                                          device_buffer(NULL, 2 * (size_t)nk)};
     void *ws = device_buffer(NULL, (size_t)plan.bwd_workspace_bytes);
+    float *dds = b->dsinks ? device_buffer(NULL, sizeof(float) * (size_t)hq) : NULL;
+    double want_ds[16] = {0};
     int pass = 0;
-    fa2_status_t st = fa2_backward_varlen(
-        &plan, b->q, b->k, b->v, b->o, d_o, b->lse, grad[0], grad[1], grad[2], b->dcu_q,
-        b->dcu_k, c->extra_k ? b->dused : NULL, ws, (size_t)plan.bwd_workspace_bytes, NULL);
+    fa2_backward_args_t a;
+    fa2_backward_args_init(&a);
+    a.q = b->q, a.k = b->k, a.v = b->v, a.o = b->o, a.d_o = d_o, a.lse = b->lse;
+    a.dq = grad[0], a.dk = grad[1], a.dv = grad[2];
+    a.cu_seqlens_q = b->dcu_q, a.cu_seqlens_k = b->dcu_k;
+    a.seqused_k = c->extra_k ? b->dused : NULL;
+    a.alibi_slopes = b->dslopes, a.sinks = b->dsinks, a.dsinks = dds;
+    a.workspace = ws, a.workspace_bytes = (size_t)plan.bwd_workspace_bytes;
+    fa2_status_t st = fa2_backward_with(&plan, &a);
     if (st != FA2_SUCCESS) {
         printf(" : fa2_backward_varlen: %s (%s) FAIL\n", fa2_status_string(st),
                fa2_last_error());
@@ -225,16 +237,20 @@ static int check_backward(const packed_t *b, const fa2_plan_t *fwd_plan, int det
         one.causal = c->causal;
         one.window_left = c->window_left;
         one.window_right = c->window_right;
-        assert_int_equal(oracle_backward(&one, b->qv + q0 * hq * d, b->kv + k0 * hkv * d,
-                                         b->vv + k0 * hkv * d, dov + q0 * hq * d,
-                                         want[0] + q0 * hq * d, want[1] + k0 * hkv * d,
-                                         want[2] + k0 * hkv * d),
+        double seq_ds[16], seq_ref_ds[16];
+        assert_int_equal(oracle_backward_scored(&one, b->mod, b->qv + q0 * hq * d,
+                                                b->kv + k0 * hkv * d, b->vv + k0 * hkv * d,
+                                                dov + q0 * hq * d, want[0] + q0 * hq * d,
+                                                want[1] + k0 * hkv * d, want[2] + k0 * hkv * d,
+                                                seq_ds),
                          0);
-        assert_int_equal(oracle_backward_rounded(&one, b->qv + q0 * hq * d,
-                                                 b->kv + k0 * hkv * d, b->vv + k0 * hkv * d,
-                                                 dov + q0 * hq * d, ref[0] + q0 * hq * d,
-                                                 ref[1] + k0 * hkv * d, ref[2] + k0 * hkv * d),
+        assert_int_equal(oracle_backward_scored_rounded(
+                             &one, b->mod, b->qv + q0 * hq * d, b->kv + k0 * hkv * d,
+                             b->vv + k0 * hkv * d, dov + q0 * hq * d, ref[0] + q0 * hq * d,
+                             ref[1] + k0 * hkv * d, ref[2] + k0 * hkv * d, seq_ref_ds),
                          0);
+        for (int64_t h = 0; h < hq; ++h)
+            want_ds[h] += seq_ds[h];
     }
     int64_t nonfinite = 0, outside = 0;
     const char *used[3] = {q_used, k_used, k_used};
@@ -259,13 +275,46 @@ static int check_backward(const packed_t *b, const fa2_plan_t *fwd_plan, int det
         pass &= err <= bound;
         printf(" %s %.2e (bound %.2e)", names[t], err, bound);
     }
+    if (dds) { /* dsinks against its terms' scale (as test_scored_gpu explains) */
+        float ds[16];
+        assert_int_equal(cudaMemcpy(ds, dds, sizeof(float) * (size_t)hq, cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        uint16_t *o_bits = malloc(2 * (size_t)nq);
+        float *lse = malloc(sizeof(float) * (size_t)(hq * b->total_q));
+        assert_true(o_bits && lse);
+        assert_int_equal(cudaMemcpy(o_bits, b->o, 2 * (size_t)nq, cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        assert_int_equal(cudaMemcpy(lse, b->lse, sizeof(float) * (size_t)(hq * b->total_q),
+                                    cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        const double unit = c->dtype == FA2_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+        double worst = 0.0;
+        for (int64_t h = 0; h < hq; ++h) {
+            double scale = 0.0;
+            for (int64_t row = 0; row < b->total_q; ++row) {
+                if (!q_used[row])
+                    continue;
+                double dot_abs = 0.0;
+                for (int64_t x = 0; x < d; ++x)
+                    dot_abs += fabs((double)dov[(row * hq + h) * d + x] *
+                                    oracle_float_from_bits(o_bits[(row * hq + h) * d + x],
+                                                           c->dtype));
+                scale += exp((double)b->mod->sinks[h] - lse[h * b->total_q + row]) * dot_abs;
+            }
+            const double e = fabs(ds[h] - want_ds[h]);
+            worst = fmax(worst, scale > 0.0 ? e / scale : (e > 0.0 ? INFINITY : 0.0));
+        }
+        pass &= worst <= unit;
+        printf(" dsinks %.2e of the terms' scale (bound %.2e)", worst, unit);
+        free(o_bits), free(lse);
+    }
     printf(" nonfinite=%" PRId64 " written_outside=%" PRId64 " %s\n", nonfinite, outside,
            pass ? "PASS" : "FAIL");
     free(q_used), free(k_used);
 
 cleanup:
     fflush(stdout);
-    cudaFree(d_o), cudaFree(ws);
+    cudaFree(d_o), cudaFree(ws), cudaFree(dds);
     for (int t = 0; t < 3; ++t)
         cudaFree(grad[t]), free(gb[t]), free(want[t]), free(ref[t]), free(got[t]);
     free(dov), free(dob);
@@ -415,7 +464,7 @@ static int run_case(long index, const varlen_case_t *c)
            pass ? "PASS" : "FAIL");
     if (pass && plan.bwd_supported) {
         const packed_t b = {c, cu_q, cu_k, total_q, total_k, qv, kv, vv, dq, dk, dv, d_o,
-                            dlse, dcu_q, dcu_k, dused};
+                            dlse, dcu_q, dcu_k, dused, c->scored ? &mod : NULL, dslopes, dsinks};
         pass = check_backward(&b, &plan, 0) & check_backward(&b, &plan, 1);
     }
 

@@ -239,10 +239,8 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
                                pl->bwd_status == FA2_ERROR_SIZE_OVERFLOW ||
                                pl->bwd_status == FA2_ERROR_OVERLAP ||
                                pl->bwd_status == FA2_ERROR_UNSUPPORTED));
-    /* a paged cache, or a packed batch with a score variant: forward only */
-    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) ==
-          (q->page_size != 0 ||
-           ((q->softcap != 0.0f || q->alibi || q->sinks) && q->total_q)));
+    /* a paged cache: forward only */
+    CHECK((pl->bwd_status == FA2_ERROR_UNSUPPORTED) == (q->page_size != 0));
     CHECK(pl->bwd_status != FA2_ERROR_SHARED_MEMORY ||
           pl->bwd_smem_bytes > dev->smem_per_block_optin);
     /* a dQ kernel runs (no atomics, no accumulator): deterministic mode, and the Hopper

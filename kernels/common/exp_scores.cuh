@@ -74,7 +74,8 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
 // and pg = P times the softcap's derivative 1 - tanh^2 (P without softcap), which dS
 // takes in place of P: dS = pg (dP - D), scaled by softmax_scale as the plain one.
 // query(n, e), key(n, e): the element's query row and key; neg_lse_log2 as above.
-template <int kN, typename NegLseLog2, typename Query, typename Key>
+// kSoftcap: the block's variants include softcap (else pg is P and need not be read).
+template <bool kSoftcap, int kN, typename NegLseLog2, typename Query, typename Key>
 __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], float (&pg)[kN][4],
                                                   const ScoreVariants &v, const KeyWindow &win,
                                                   int seqlen_q, bool masked,
@@ -86,7 +87,7 @@ __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], float (&p
         for (int e = 0; e < 4; ++e) {
             const int row = query(n, e), col = key(n, e);
             float y = acc[n][e], slope = 1.f;
-            if (v.tanh_scale != 0.f) {
+            if constexpr (kSoftcap) {
                 y = tanh_approx(y * v.tanh_scale);
                 slope = 1.f - y * y;
             }
@@ -99,12 +100,12 @@ __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], float (&p
 }
 
 // exp_scores_keys_as_rows with the score variants, and pg.
-template <int kN>
+template <bool kSoftcap, int kN>
 __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
     float (&acc)[kN][4], float (&pg)[kN][4], const ScoreVariants &v, int seqlen_q,
     const KeyWindow &win, const float *lse, bool masked, int row0, int key_row, int lane)
 {
-    exp_scores_scored(
+    exp_scores_scored<kSoftcap>(
         acc, pg, v, win, seqlen_q, masked,
         [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
         [&](int n, int e) { return row0 + n * 8 + 2 * (lane & 3) + (e & 1); },
@@ -113,12 +114,12 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
 
 // exp_scores_queries_as_rows with the score variants, and pg (seqlen_q: rows past it
 // are masked only where `masked`, as there).
-template <int kN>
+template <bool kSoftcap, int kN>
 __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
     float (&acc)[kN][4], float (&pg)[kN][4], const ScoreVariants &v, const KeyWindow &win,
     const float (&lse_log2)[2], bool masked, int row, int key0, int lane)
 {
-    exp_scores_scored(
+    exp_scores_scored<kSoftcap>(
         acc, pg, v, win, 0x7fffffff, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
         [&](int, int e) { return row + 8 * (e >> 1); },
         [&](int n, int e) { return key0 + n * 8 + 2 * (lane & 3) + (e & 1); });

@@ -122,8 +122,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
                 for (int m = 0; m < kM; ++m) {
                     float pg[kN][4];
                     const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
-                    exp_scores_keys_as_rows_scored(pt[m], pg, v, seq.seqlen_q, win, lse, masked,
-                                                   row0, key_row, lane);
+                    if (v.tanh_scale != 0.f)
+                        exp_scores_keys_as_rows_scored<true>(pt[m], pg, v, seq.seqlen_q, win,
+                                                             lse, masked, row0, key_row, lane);
+                    else
+                        exp_scores_keys_as_rows_scored<false>(pt[m], pg, v, seq.seqlen_q, win,
+                                                              lse, masked, row0, key_row, lane);
 #pragma unroll
                     for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -284,9 +288,15 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
 #pragma unroll
                 for (int m = 0; m < kM; ++m) {
                     float pg[kN][4];
-                    exp_scores_queries_as_rows_scored(pr[m], pg, variants, win, lse_log2[m],
-                                                      masked, warp_row0 + m * 16 + (lane >> 2),
-                                                      key0, lane);
+                    const int row = warp_row0 + m * 16 + (lane >> 2);
+                    if (variants.tanh_scale != 0.f)
+                        exp_scores_queries_as_rows_scored<true>(pr[m], pg, variants, win,
+                                                                lse_log2[m], masked, row, key0,
+                                                                lane);
+                    else
+                        exp_scores_queries_as_rows_scored<false>(pr[m], pg, variants, win,
+                                                                 lse_log2[m], masked, row, key0,
+                                                                 lane);
 #pragma unroll
                     for (int n = 0; n < kN; ++n)
 #pragma unroll

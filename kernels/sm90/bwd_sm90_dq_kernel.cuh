@@ -132,9 +132,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
             reg_fence(s);
 
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kBlockN - 1);
+            [[maybe_unused]] float pg[kN][4];
             if constexpr (!kScored)
                 exp_scores_queries_as_rows(s, p.scale_log2, win, lse_log2, masked,
                                            warp_row0 + (lane >> 2), key0, lane);
+            else if (variants.tanh_scale == 0.f)  // pg is P: made while dP runs
+                exp_scores_queries_as_rows_scored<false>(s, pg, variants, win, lse_log2, masked,
+                                                         warp_row0 + (lane >> 2), key0, lane);
 
             wgmma_wait<0>();
             reg_fence(dp);
@@ -144,9 +148,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
                 cp_async_commit();
             }
             if constexpr (kScored) {
-                float pg[kN][4];
-                exp_scores_queries_as_rows_scored(s, pg, variants, win, lse_log2, masked,
-                                                  warp_row0 + (lane >> 2), key0, lane);
+                if (variants.tanh_scale != 0.f)  // softcap: pg meets dP as it is made
+                    exp_scores_queries_as_rows_scored<true>(s, pg, variants, win, lse_log2,
+                                                            masked, warp_row0 + (lane >> 2),
+                                                            key0, lane);
 #pragma unroll
                 for (int n = 0; n < kN; ++n)
 #pragma unroll

@@ -239,15 +239,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
             if constexpr (kScored) {
-                // pg meets dPᵀ as it is made: both products first.
-                wgmma_wait<0>();
-                reg_fence(st);
-                reg_fence(dpt);
                 const ScoreVariants v =
                     score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
+                const int key_row = key_first + warp * 16 + (lane >> 2);
                 float pg[kN][4];
-                exp_scores_keys_as_rows_scored(st, pg, v, b.seq.seqlen_q, win, lse, masked, row0,
-                                               key_first + warp * 16 + (lane >> 2), lane);
+                if (v.tanh_scale != 0.f) {
+                    // softcap: pg meets dPᵀ as it is made, both products first
+                    wgmma_wait<0>();
+                    reg_fence(st);
+                    reg_fence(dpt);
+                    exp_scores_keys_as_rows_scored<true>(st, pg, v, b.seq.seqlen_q, win, lse,
+                                                         masked, row0, key_row, lane);
+                } else {
+                    // pg is P: made while dPᵀ runs, as the plain kernel does
+                    exp_scores_keys_as_rows_scored<false>(st, pg, v, b.seq.seqlen_q, win, lse,
+                                                          masked, row0, key_row, lane);
+                    wgmma_wait<0>();
+                    reg_fence(dpt);
+                }
 #pragma unroll
                 for (int n = 0; n < kN; ++n)
 #pragma unroll

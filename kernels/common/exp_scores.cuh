@@ -75,8 +75,9 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
 // takes in place of P: dS = pg (dP - D), scaled by softmax_scale as the plain one.
 // query(n, e), key(n, e): the element's query row and key; neg_lse_log2 as above.
 // kSoftcap: the block's variants include softcap (else pg is P and need not be read).
-template <bool kSoftcap, int kN, typename NegLseLog2, typename Query, typename Key>
-__device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], float (&pg)[kN][4],
+template <bool kSoftcap, int kN, typename NegLseLog2, typename Query, typename Key,
+          typename PgStore>
+__device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore pg,
                                                   const ScoreVariants &v, const KeyWindow &win,
                                                   int seqlen_q, bool masked,
                                                   NegLseLog2 neg_lse_log2, Query query, Key key)
@@ -95,14 +96,32 @@ __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], float (&p
             float x = exp2_approx(fmaf(y, v.score_log2, neg_lse_log2(n, e)));
             if (masked && !((row < seqlen_q) & win.visible_flat(row, col))) x = 0.f;
             acc[n][e] = x;
-            pg[n][e] = x * slope;
+            pg(n, e, x * slope);
         }
 }
 
-// exp_scores_keys_as_rows with the score variants, and pg.
-template <bool kSoftcap, int kN>
+// pg's stores: an fp32 tile, or fp16 pairs (element e of n8 tile n in the e / 2-th
+// register, e % 2 its high half): pg scales dS, which the products take as 16 bits
+// anyway, and half a tile fewer registers can keep a kernel from spilling.
+template <int kN>
+__device__ __forceinline__ auto pg_to(float (&pg)[kN][4])
+{
+    return [&pg](int n, int e, float x) { pg[n][e] = x; };
+}
+
+template <int kN>
+__device__ __forceinline__ auto pg_to_halves(uint32_t (&pg)[kN][2])
+{
+    return [&pg](int n, int e, float x) {
+        const uint32_t h = __half_as_ushort(__float2half_rn(x));
+        pg[n][e >> 1] = (e & 1) ? (pg[n][e >> 1] & 0xffffu) | (h << 16) : h;
+    };
+}
+
+// exp_scores_keys_as_rows with the score variants, and pg (pg_to, pg_to_halves).
+template <bool kSoftcap, int kN, typename PgStore>
 __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
-    float (&acc)[kN][4], float (&pg)[kN][4], const ScoreVariants &v, int seqlen_q,
+    float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, int seqlen_q,
     const KeyWindow &win, const float *lse, bool masked, int row0, int key_row, int lane)
 {
     exp_scores_scored<kSoftcap>(
@@ -114,9 +133,9 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
 
 // exp_scores_queries_as_rows with the score variants, and pg (seqlen_q: rows past it
 // are masked only where `masked`, as there).
-template <bool kSoftcap, int kN>
+template <bool kSoftcap, int kN, typename PgStore>
 __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
-    float (&acc)[kN][4], float (&pg)[kN][4], const ScoreVariants &v, const KeyWindow &win,
+    float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, const KeyWindow &win,
     const float (&lse_log2)[2], bool masked, int row, int key0, int lane)
 {
     exp_scores_scored<kSoftcap>(

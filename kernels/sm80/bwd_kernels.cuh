@@ -123,10 +123,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
                     float pg[kN][4];
                     const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
                     if (v.tanh_scale != 0.f)
-                        exp_scores_keys_as_rows_scored<true>(pt[m], pg, v, seq.seqlen_q, win,
+                        exp_scores_keys_as_rows_scored<true>(pt[m], pg_to(pg), v, seq.seqlen_q, win,
                                                              lse, masked, row0, key_row, lane);
                     else
-                        exp_scores_keys_as_rows_scored<false>(pt[m], pg, v, seq.seqlen_q, win,
+                        exp_scores_keys_as_rows_scored<false>(pt[m], pg_to(pg), v, seq.seqlen_q, win,
                                                               lse, masked, row0, key_row, lane);
 #pragma unroll
                     for (int n = 0; n < kN; ++n)
@@ -290,11 +290,11 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
                     float pg[kN][4];
                     const int row = warp_row0 + m * 16 + (lane >> 2);
                     if (variants.tanh_scale != 0.f)
-                        exp_scores_queries_as_rows_scored<true>(pr[m], pg, variants, win,
+                        exp_scores_queries_as_rows_scored<true>(pr[m], pg_to(pg), variants, win,
                                                                 lse_log2[m], masked, row, key0,
                                                                 lane);
                     else
-                        exp_scores_queries_as_rows_scored<false>(pr[m], pg, variants, win,
+                        exp_scores_queries_as_rows_scored<false>(pr[m], pg_to(pg), variants, win,
                                                                  lse_log2[m], masked, row, key0,
                                                                  lane);
 #pragma unroll

@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
                 exp_scores_queries_as_rows(s, p.scale_log2, win, lse_log2, masked,
                                            warp_row0 + (lane >> 2), key0, lane);
             else if (variants.tanh_scale == 0.f)  // pg is P: made while dP runs
-                exp_scores_queries_as_rows_scored<false>(s, pg, variants, win, lse_log2, masked,
+                exp_scores_queries_as_rows_scored<false>(s, pg_to(pg), variants, win, lse_log2, masked,
                                                          warp_row0 + (lane >> 2), key0, lane);
 
             wgmma_wait<0>();
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
             }
             if constexpr (kScored) {
                 if (variants.tanh_scale != 0.f)  // softcap: pg meets dP as it is made
-                    exp_scores_queries_as_rows_scored<true>(s, pg, variants, win, lse_log2,
+                    exp_scores_queries_as_rows_scored<true>(s, pg_to(pg), variants, win, lse_log2,
                                                             masked, warp_row0 + (lane >> 2),
                                                             key0, lane);
 #pragma unroll

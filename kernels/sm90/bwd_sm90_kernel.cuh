@@ -238,32 +238,50 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
             const bool masked = row0 + Tr::kBlockM > b.seq.seqlen_q ||
                                 win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                      key_first + Tr::kBlockN - 1);
+            uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
             if constexpr (kScored) {
                 const ScoreVariants v =
                     score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
                 const int key_row = key_first + warp * 16 + (lane >> 2);
-                float pg[kN][4];
                 if (v.tanh_scale != 0.f) {
-                    // softcap: pg meets dPᵀ as it is made, both products first
+                    // softcap: P and pg = P (1 - tanh^2) while dPᵀ runs; pg as fp16 pairs
+                    // and P to its A operand at once, so that no third fp32 tile stays
+                    // next to dPᵀ and the dK/dV accumulators
+                    uint32_t pg_h[kN][2];
+                    exp_scores_keys_as_rows_scored<true>(st, pg_to_halves(pg_h), v,
+                                                         b.seq.seqlen_q, win, lse, masked, row0,
+                                                         key_row, lane);
+#pragma unroll
+                    for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(pa[kk], st, kk);
                     wgmma_wait<0>();
-                    reg_fence(st);
                     reg_fence(dpt);
-                    exp_scores_keys_as_rows_scored<true>(st, pg, v, b.seq.seqlen_q, win, lse,
-                                                         masked, row0, key_row, lane);
+#pragma unroll
+                    for (int n = 0; n < kN; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                            const float2 g = unpack2<__half>(pg_h[n][e >> 1]);
+                            dpt[n][e] = ((e & 1) ? g.y : g.x) * (dpt[n][e] - dsum[col]);  // dSᵀ
+                        }
                 } else {
                     // pg is P: made while dPᵀ runs, as the plain kernel does
-                    exp_scores_keys_as_rows_scored<false>(st, pg, v, b.seq.seqlen_q, win, lse,
-                                                          masked, row0, key_row, lane);
+                    float pg[kN][4];
+                    exp_scores_keys_as_rows_scored<false>(st, pg_to(pg), v, b.seq.seqlen_q, win,
+                                                          lse, masked, row0, key_row, lane);
                     wgmma_wait<0>();
                     reg_fence(dpt);
+#pragma unroll
+                    for (int n = 0; n < kN; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int col = n * 8 + 2 * (lane & 3) + (e & 1);
+                            dpt[n][e] = pg[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
+                        }
+#pragma unroll
+                    for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(pa[kk], st, kk);
                 }
 #pragma unroll
-                for (int n = 0; n < kN; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                        dpt[n][e] = pg[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
-                    }
+                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(dsa[kk], dpt, kk);
             } else {
                 exp_scores_keys_as_rows(st, p.scale_log2, b.seq.seqlen_q, win, lse, masked, row0,
                                         key_first + warp * 16 + (lane >> 2), lane);
@@ -276,13 +294,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                         const int col = n * 8 + 2 * (lane & 3) + (e & 1);
                         dpt[n][e] = st[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
                     }
-            }
 
-            uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
 #pragma unroll
-            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
-                a_fragment<Elem>(pa[kk], st, kk);
-                a_fragment<Elem>(dsa[kk], dpt, kk);
+                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
+                    a_fragment<Elem>(pa[kk], st, kk);
+                    a_fragment<Elem>(dsa[kk], dpt, kk);
+                }
             }
             // dSᵀ to shared memory, [key][query] in the panel layout: the A operand of
             // dQ = dS K read MN-major. Same rounding as the registers.

@@ -140,10 +140,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                         score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
                     float pg[kN][4];
                     if (v.tanh_scale != 0.f)
-                        exp_scores_keys_as_rows_scored<true>(acc, pg, v, b.seq.seqlen_q, win,
+                        exp_scores_keys_as_rows_scored<true>(acc, pg_to(pg), v, b.seq.seqlen_q, win,
                                                              lse, masked, row0, key_row, lane);
                     else
-                        exp_scores_keys_as_rows_scored<false>(acc, pg, v, b.seq.seqlen_q, win,
+                        exp_scores_keys_as_rows_scored<false>(acc, pg_to(pg), v, b.seq.seqlen_q, win,
                                                               lse, masked, row0, key_row, lane);
 #pragma unroll
                     for (int n = 0; n < kN; ++n)

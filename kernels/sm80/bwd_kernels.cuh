@@ -275,55 +275,39 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
             const int key0 = n_block * Tr::kDqBlockN;
 
             float pr[kM][kN][4], ds[kM][kN][4];
-            if constexpr (kScored) {
-                // dP first, so that each element's pg meets it as it is made.
-                zero(ds);
-                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, do_smem + warp_rows,
-                                                                        v_smem[buf], lane);
-                zero(pr);
-                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pr, q_smem + warp_rows,
-                                                                        k_smem[buf], lane);
-                const bool masked =
-                    win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
+            zero(pr);
+            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pr, q_smem + warp_rows,
+                                                                    k_smem[buf], lane);
+            const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
 #pragma unroll
-                for (int m = 0; m < kM; ++m) {
-                    float pg[kN][4];
+            for (int m = 0; m < kM; ++m) {
+                if constexpr (kScored) {
+                    // dQ needs no P: pg (P times softcap's derivative) takes its place
                     const int row = warp_row0 + m * 16 + (lane >> 2);
                     if (variants.tanh_scale != 0.f)
-                        exp_scores_queries_as_rows_scored<true>(pr[m], pg_to(pg), variants, win,
-                                                                lse_log2[m], masked, row, key0,
-                                                                lane);
+                        exp_scores_queries_as_rows_scored<true>(pr[m], pg_to(pr[m]), variants,
+                                                                win, lse_log2[m], masked, row,
+                                                                key0, lane);
                     else
-                        exp_scores_queries_as_rows_scored<false>(pr[m], pg_to(pg), variants, win,
-                                                                 lse_log2[m], masked, row, key0,
-                                                                 lane);
-#pragma unroll
-                    for (int n = 0; n < kN; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            ds[m][n][e] = pg[n][e] * (ds[m][n][e] - dsum[m][e >> 1]);
-                }
-            } else {
-                zero(pr);
-                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(pr, q_smem + warp_rows,
-                                                                        k_smem[buf], lane);
-                const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kDqBlockN - 1);
-#pragma unroll
-                for (int m = 0; m < kM; ++m)
+                        exp_scores_queries_as_rows_scored<false>(pr[m], pg_to(pr[m]), variants,
+                                                                 win, lse_log2[m], masked, row,
+                                                                 key0, lane);
+                } else {
                     exp_scores_queries_as_rows(pr[m], p.scale_log2, win, lse_log2[m], masked,
                                                warp_row0 + m * 16 + (lane >> 2), key0, lane);
-
-                zero(ds);
-                gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, do_smem + warp_rows,
-                                                                        v_smem[buf], lane);
-#pragma unroll
-                for (int m = 0; m < kM; ++m)
-#pragma unroll
-                    for (int n = 0; n < kN; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            ds[m][n][e] = pr[m][n][e] * (ds[m][n][e] - dsum[m][e >> 1]);
+                }
             }
+
+            zero(ds);
+            gemm_abt<Elem, Tr::kRowBytes, kM, kN, Tr::kHeadDim / 16>(ds, do_smem + warp_rows,
+                                                                    v_smem[buf], lane);
+#pragma unroll
+            for (int m = 0; m < kM; ++m)
+#pragma unroll
+                for (int n = 0; n < kN; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        ds[m][n][e] = pr[m][n][e] * (ds[m][n][e] - dsum[m][e >> 1]);
 
             gemm_pb<Elem, Tr::kRowBytes, kM, kD, Tr::kDqBlockN / 16>(dq, ds, k_smem[buf], lane);
         }

@@ -132,13 +132,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
             reg_fence(s);
 
             const bool masked = win.block_needs_mask(row_first, row_last, key0, key0 + Tr::kBlockN - 1);
-            [[maybe_unused]] float pg[kN][4];
-            if constexpr (!kScored)
+            if constexpr (!kScored) {
                 exp_scores_queries_as_rows(s, p.scale_log2, win, lse_log2, masked,
                                            warp_row0 + (lane >> 2), key0, lane);
-            else if (variants.tanh_scale == 0.f)  // pg is P: made while dP runs
-                exp_scores_queries_as_rows_scored<false>(s, pg_to(pg), variants, win, lse_log2, masked,
-                                                         warp_row0 + (lane >> 2), key0, lane);
+            } else {
+                // dQ needs no P: pg (P times softcap's derivative) takes its place, made
+                // while dP runs, as the plain kernel makes P
+                const int row = warp_row0 + (lane >> 2);
+                if (variants.tanh_scale != 0.f)
+                    exp_scores_queries_as_rows_scored<true>(s, pg_to(s), variants, win,
+                                                            lse_log2, masked, row, key0, lane);
+                else
+                    exp_scores_queries_as_rows_scored<false>(s, pg_to(s), variants, win,
+                                                             lse_log2, masked, row, key0, lane);
+            }
 
             wgmma_wait<0>();
             reg_fence(dp);
@@ -147,21 +154,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
                 load_v(v_smem, n_block - 1);
                 cp_async_commit();
             }
-            if constexpr (kScored) {
-                if (variants.tanh_scale != 0.f)  // softcap: pg meets dP as it is made
-                    exp_scores_queries_as_rows_scored<true>(s, pg_to(pg), variants, win, lse_log2,
-                                                            masked, warp_row0 + (lane >> 2),
-                                                            key0, lane);
 #pragma unroll
-                for (int n = 0; n < kN; ++n)
+            for (int n = 0; n < kN; ++n)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) dp[n][e] = pg[n][e] * (dp[n][e] - dsum[e >> 1]);
-            } else {
-#pragma unroll
-                for (int n = 0; n < kN; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - dsum[e >> 1]);
-            }
+                for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - dsum[e >> 1]);
             uint32_t ds[Tr::kBlockN / 16][4];
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(ds[kk], dp, kk);

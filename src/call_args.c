@@ -65,6 +65,7 @@ fa2_status_t fa2_forward_with(const fa2_plan_t *plan, const fa2_forward_args_t *
 
 fa2_status_t fa2_backward_with(const fa2_plan_t *plan, const fa2_backward_args_t *a)
 {
+    fa2_status_t s;
     fa2_clear_error();
     if ((s = check_args(a, a ? a->struct_size : 0, sizeof *a, "fa2_backward_args_init")))
         return s;

@@ -481,6 +481,7 @@ static void test_score_variant_rejections(void **state)
     assert_int_equal(sinks_only.bwd_supported, 1);
     pr.sinks = 0, pr.softcap = 30.0f;
     assert_int_equal(fa2_plan(&pr, &g_plan.device, &capped), FA2_SUCCESS);
+    assert_int_equal(scored.bwd_supported & capped.bwd_supported, 1);
 
     fa2_forward_args_t f, fwd;
     fa2_forward_args_init(&fwd);
@@ -531,11 +532,12 @@ static void test_score_variant_rejections(void **state)
         "dsinks [");
     BWD("dsinks without sinks", &g_plan, b.sinks = NULL, FA2_ERROR_UNSUPPORTED,
         "problem.sinks=0");
-    BWD("alibi_slopes", &sinks_only, b.alibi_slopes = (const float *)(const void *)g_q,
-        FA2_ERROR_UNSUPPORTED, "no backward runs ALiBi");
-    BWD("a plan with ALiBi (no backward)", &scored, (void)0, FA2_ERROR_UNSUPPORTED, "ALiBi");
-    BWD("a plan with softcap (no backward)", &capped, b.sinks = NULL,
-        FA2_ERROR_UNSUPPORTED, "softcap");
+    BWD("alibi_slopes without ALiBi", &sinks_only,
+        b.alibi_slopes = (const float *)(const void *)g_q, FA2_ERROR_UNSUPPORTED,
+        "problem.alibi=0");
+    BWD("alibi_slopes=NULL", &scored, (void)0, FA2_ERROR_NULL_POINTER, "alibi_slopes is NULL");
+    BWD("sinks for a softcap plan", &capped, b.dsinks = NULL, FA2_ERROR_UNSUPPORTED,
+        "problem.sinks=0");
 #undef BWD
     poison_outputs();
     failed += !report("fa2_backward", "a plan with sinks",

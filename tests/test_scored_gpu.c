@@ -393,7 +393,7 @@ static void test_scored_backward_limits(void **state)
         for (int64_t d = 96; d <= 128; d += 32, ++index)
             if (g_only < 0 || g_only == index)
                 failed += !run_scored_backward(index, BF16, 1, 257, 300, 4, 2, d, 1, 0,
-                                               (variants_t){caps[ci], 1, 1}, &g_info);
+                                               (variants_t){caps[ci], 1, 1, 0.0f}, &g_info);
     assert_int_equal(failed, 0);
 }
 

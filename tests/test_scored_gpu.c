@@ -387,7 +387,7 @@ static void test_scored_backward(void **state)
 static void test_scored_backward_limits(void **state)
 {
     (void)state;
-    static const float caps[] = {FA2_MAX_SOFTCAP, 1e-30f};
+    static const float caps[] = {FA2_MAX_SOFTCAP, FA2_MIN_SOFTCAP};
     long index = 700, failed = 0;
     for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
         for (int64_t d = 96; d <= 128; d += 32, ++index)

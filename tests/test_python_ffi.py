@@ -525,8 +525,6 @@ class Errors(unittest.TestCase):
 
     def test_varlen_refusals_before_any_tensor(self):
         for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),
-                             (dict(softcap=30.0), "softcap=30.0"),
-                             (dict(alibi_slopes=object()), "alibi_slopes"),
                              (dict(return_attn_probs=True), "return_attn_probs")):
             with self.assertRaises(fa2.Fa2ShapeError) as cm:
                 fa2.flash_attn_varlen_func(None, None, None, None, None, 1, 1, **kw)
@@ -548,11 +546,10 @@ class Errors(unittest.TestCase):
 
 class FlashAttnShaped(unittest.TestCase):
     """flash_attn_func refuses what libfa2 does not do before touching any tensor (None
-    stands in for the tensors: nothing may look at them)."""
+    stands in for the tensors: nothing may look at them); softcap and ALiBi it does."""
 
     def test_refusals_name_the_argument(self):
-        for kwargs, name in (({"dropout_p": 0.1}, "dropout_p"), ({"softcap": 30.0}, "softcap"),
-                             ({"alibi_slopes": object()}, "alibi_slopes"),
+        for kwargs, name in (({"dropout_p": 0.1}, "dropout_p"),
                              ({"return_attn_probs": True}, "return_attn_probs")):
             with self.assertRaises(fa2.Fa2ShapeError) as cm:
                 fa2.flash_attn_func(None, None, None, **kwargs)

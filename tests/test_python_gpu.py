@@ -656,6 +656,92 @@ def compile_cases():
     return passed, n
 
 
+def scored_cases():
+    """fa2.attention with softcap, ALiBi and sinks, differentiable (the sinks too),
+    against reference_scored in float32 and its autograd; each variant alone and all
+    three; flash_attn_func passes them through."""
+    passed = n = 0
+    for dtype, causal, (softcap, alibi, sinks) in (
+            (torch.bfloat16, True, (30.0, False, False)),
+            (torch.float16, False, (0.0, True, False)),
+            (torch.bfloat16, False, (0.0, False, True)),
+            (torch.bfloat16, True, (5.0, True, True)),
+            (torch.float16, True, (5.0, True, True))):
+        n += 1
+        b, sq, sk, hq, hkv, d = 2, 200, 230, 8, 2, 128
+        label = (f"attention {dtype} causal={int(causal)} softcap={softcap} alibi={int(alibi)} "
+                 f"sinks={int(sinks)}")
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype, requires_grad=True)
+        slopes = torch.rand(hq, device="cuda") * 0.25 if alibi else None
+        sk_t = (torch.randn(hq, device="cuda") * 2).requires_grad_() if sinks else None
+        d_o = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+        try:
+            o = fa2.attention(q, k, v, causal=causal, softcap=softcap, alibi_slopes=slopes,
+                              sinks=sk_t)
+            wrt = (q, k, v) + ((sk_t,) if sinks else ())
+            grads = torch.autograd.grad(o, wrt, d_o)
+            o2 = fa2.flash_attn_func(q, k, v, causal=causal, softcap=softcap,
+                                     alibi_slopes=slopes, sinks=sk_t)
+            torch.cuda.synchronize()
+        except fa2.Fa2Error as e:
+            print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
+            continue
+        refs = [t.detach().float().requires_grad_() for t in wrt]
+        ref = reference_scored(refs[0], refs[1], refs[2], causal, softcap, slopes,
+                               refs[3] if sinks else None)
+        ref_grads = torch.autograd.grad(ref, refs, d_o.float())
+        errs = {"o": rel(o, ref), "flash_attn_func o": rel(o2, ref)}
+        errs.update({name: rel(g, r) for name, g, r in zip(("dq", "dk", "dv", "dsinks"), grads,
+                                                            ref_grads)})
+        ok = all(e < TOL for e in errs.values())
+        passed += ok
+        print(f"{'PASS' if ok else 'FAIL'} {label}  " +
+              "  ".join(f"{k} {e:.1e}" for k, e in errs.items()), flush=True)
+    # A packed batch of two sequences with all three, differentiable, per sequence.
+    n += 1
+    lens_q, lens_k, hq, hkv, d = (70, 130), (90, 130), 4, 2, 64
+    cu_q = torch.tensor([0, lens_q[0], sum(lens_q)], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, lens_k[0], sum(lens_k)], dtype=torch.int32, device="cuda")
+    q = torch.randn(sum(lens_q), hq, d, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    k = torch.randn(sum(lens_k), hkv, d, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    v = torch.randn(sum(lens_k), hkv, d, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    slopes = torch.rand(hq, device="cuda") * 0.25
+    sinks = (torch.randn(hq, device="cuda") * 2).requires_grad_()
+    d_o = torch.randn_like(q)
+    label = "flash_attn_varlen_func bf16 2 sequences causal softcap=5 alibi sinks"
+    try:
+        o = fa2.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                       causal=True, softcap=5.0, alibi_slopes=slopes,
+                                       sinks=sinks)
+        grads = torch.autograd.grad(o, (q, k, v, sinks), d_o)
+        torch.cuda.synchronize()
+    except fa2.Fa2Error as e:
+        print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
+        return passed, n
+    refs = [t.detach().float().requires_grad_() for t in (q, k, v, sinks)]
+    outs = []
+    for s in range(2):
+        qs = refs[0][int(cu_q[s]):int(cu_q[s + 1])].unsqueeze(0)
+        ks = refs[1][int(cu_k[s]):int(cu_k[s + 1])].unsqueeze(0)
+        vs = refs[2][int(cu_k[s]):int(cu_k[s + 1])].unsqueeze(0)
+        outs.append(reference_scored(qs, ks, vs, True, 5.0, slopes, refs[3])[0])
+    ref = torch.cat(outs)
+    ref_grads = torch.autograd.grad(ref, refs, d_o.float())
+    errs = {"o": rel(o, ref)}
+    errs.update({name: rel(g, r) for name, g, r in zip(("dq", "dk", "dv", "dsinks"), grads,
+                                                        ref_grads)})
+    ok = all(e < TOL for e in errs.values())
+    passed += ok
+    print(f"{'PASS' if ok else 'FAIL'} {label}  " +
+          "  ".join(f"{k} {e:.1e}" for k, e in errs.items()), flush=True)
+    return passed, n
+
+
 def main():
     torch.manual_seed(0)
     lib = fa2.library()
@@ -694,7 +780,8 @@ def main():
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
     total = len(cases) + 1
     for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases,
-                  varlen_cases, kvcache_cases, decode_cases, combine_cases, compile_cases):
+                  varlen_cases, kvcache_cases, decode_cases, combine_cases, scored_cases,
+                  compile_cases):
         passed, n = group()
         failed += n - passed
         total += n

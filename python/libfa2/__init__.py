@@ -974,16 +974,19 @@ def _as_c_input(q, t):
 
 
 def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=None,
-             deterministic=False, max_splits=0, lib=None):
+             deterministic=False, max_splits=0, softcap=0.0, alibi=False, sinks=False,
+             lib=None):
     """The Plan for torch tensors (cached per shapes, strides, dtype, options, device).
     The backward uses such a plan too: dO has O's strides, dQ Q's, dK K's, dV V's.
-    max_splits: fa2_problem_t.max_splits (key splits when the decode kernel runs)."""
+    max_splits: fa2_problem_t.max_splits (key splits when the decode kernel runs);
+    softcap, alibi, sinks: the score variants (include/fa2.h)."""
     lib = lib or library()
     o_shape, o_strides = (tuple(q.shape), None) if o is None else (tuple(o.shape), o.stride())
     k_strides, v_strides = _as_c_input(q, k).stride(), _as_c_input(q, v).stride()
     key = (id(lib), q.device.index, str(q.dtype), tuple(q.shape), q.stride(), tuple(k.shape),
            k_strides, tuple(v.shape), v_strides, o_shape, o_strides, bool(causal),
-           tuple(window), softmax_scale, bool(deterministic), int(max_splits))
+           tuple(window), softmax_scale, bool(deterministic), int(max_splits),
+           float(softcap), bool(alibi), bool(sinks))
     p = _plan_cache.get(key)
     if p is None:
         problem = make_problem(q.dtype, q.shape, k.shape, v.shape, o_shape,
@@ -992,6 +995,8 @@ def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=No
                                window=window, softmax_scale=softmax_scale,
                                deterministic=deterministic, lib=lib)
         problem.max_splits = int(max_splits)
+        problem.softcap = float(softcap)
+        problem.alibi, problem.sinks = int(bool(alibi)), int(bool(sinks))
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:
@@ -1007,6 +1012,18 @@ def _empty_as(t):
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
+def _check_score_tensors(alibi_slopes, sinks, heads_q, device):
+    """The score variants' per-head tensors: contiguous float32 [heads_q] on q's device
+    (or None)."""
+    torch = _torch()
+    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or
+                              tuple(t.shape) != (heads_q,) or not t.is_contiguous() or
+                              t.device != device):
+            raise Fa2ShapeError(f"{name}: expected a contiguous float32 tensor [heads_q = "
+                                f"{heads_q}] on q's device")
+
+
 def _max_splits(num_splits):
     """flash-attn's num_splits (0: the planner decides, n >= 1: at most n) as
     fa2_problem_t.max_splits."""
@@ -1017,7 +1034,8 @@ def _max_splits(num_splits):
 
 
 def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=None,
-            lse=None, return_lse=False, deterministic=False, num_splits=0, lib=None):
+            lse=None, return_lse=False, deterministic=False, num_splits=0, softcap=0.0,
+            alibi_slopes=None, sinks=None, lib=None):
     """Attention forward on torch tensors: q [b, sq, hq, d], k/v [b, sk, hkv, d] (BSHD
     views, any strides with head_dim stride 1; sk may be 0). Runs on the current
     stream of q's device. Returns o (new, or `out`), and the LSE float32 [b, hq, sq]
@@ -1027,9 +1045,12 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     before any C call: a refused call writes nothing. num_splits (as flash-attn's): 0
     lets the planner split each sequence's keys over blocks when the decode kernel runs
     (a few query rows per kv head: docs/api.md "Decode"; the workspace is allocated
-    here), 1 never splits, n at most n."""
+    here), 1 never splits, n at most n. softcap (0 = off), alibi_slopes and sinks
+    (float32 [heads_q] on q's device): the score variants as include/fa2.h defines them;
+    the LSE returned includes the sink."""
     torch = _torch()
     _check_tensors(q, k, v)
+    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device)
     max_splits = _max_splits(num_splits)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -1041,18 +1062,23 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     elif return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     p = plan_for(q, k, v, out, causal=causal, window=window, softmax_scale=softmax_scale,
-                 deterministic=deterministic, max_splits=max_splits, lib=lib)
+                 deterministic=deterministic, max_splits=max_splits, softcap=softcap,
+                 alibi=alibi_slopes is not None, sinks=sinks is not None, lib=lib)
     workspace = (torch.empty(int(p.workspace_bytes), dtype=torch.uint8, device=q.device)
                  if p.workspace_bytes else None)
     with torch.cuda.device(q.device):
-        p.forward(q, _as_c_input(q, k), _as_c_input(q, v), out, lse, workspace=workspace,
-                  stream=torch.cuda.current_stream(q.device))
+        p.forward_with(q, _as_c_input(q, k), _as_c_input(q, v), out, lse,
+                       alibi_slopes=alibi_slopes, sinks=sinks, workspace=workspace,
+                       stream=torch.cuda.current_stream(q.device))
     return (out, lse) if return_lse else out
 
 
 def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_scale=None,
-             deterministic=False, dq=None, dk=None, dv=None, lib=None):
-    """Attention backward on torch tensors: returns (dq, dk, dv) shaped like q, k, v.
+             deterministic=False, dq=None, dk=None, dv=None, softcap=0.0, alibi_slopes=None,
+             sinks=None, lib=None):
+    """Attention backward on torch tensors: returns (dq, dk, dv) shaped like q, k, v,
+    and with sinks also dsinks (float32 [heads_q]): (dq, dk, dv, dsinks). The score
+    variants (softcap, alibi_slopes, sinks) as the forward had them.
     `o` and `lse` come from forward(..., return_lse=True) with the same options; o and
     d_o have q's shape, dtype and device. dO is copied to O's strides when its own
     differ.
@@ -1066,6 +1092,7 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     call. With seqlen_k = 0, dq is zero and dk, dv have no elements."""
     torch = _torch()
     _check_tensors(q, k, v)
+    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device)
     _check_like("o", o, q.shape, q.dtype, q.device)
     _check_like("d_o", d_o, q.shape, q.dtype, q.device)
     _check_lse("lse", lse, q)
@@ -1076,22 +1103,26 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     q_c, k_c, v_c = (t.contiguous() if repeats_addresses(t.shape, t.stride()) else t
                      for t in (q, k, v))
     p = plan_for(q_c, k_c, v_c, o, causal=causal, window=window,
-                 softmax_scale=softmax_scale, deterministic=deterministic, lib=lib)
+                 softmax_scale=softmax_scale, deterministic=deterministic, softcap=softcap,
+                 alibi=alibi_slopes is not None, sinks=sinks is not None, lib=lib)
     dq = _empty_as(q_c) if dq is None else dq
     dk = _empty_as(k_c) if dk is None else dk
     dv = _empty_as(v_c) if dv is None else dv
+    dsinks = None if sinks is None else torch.empty_like(sinks)
     if k.shape[1] == 0:
-        # No key: dQ = 0 and dK, dV are empty. fa2_backward would need non-NULL dK and
-        # dV pointers that overlap nothing, for no work: not called.
-        return dq.zero_(), dk, dv
+        # No key: dQ = 0 and dK, dV are empty, and every row is the sink's alone, with
+        # O = 0: dsinks = 0. fa2_backward would need non-NULL dK and dV pointers that
+        # overlap nothing, for no work: not called.
+        return (dq.zero_(), dk, dv) + (() if dsinks is None else (dsinks.zero_(),))
     if d_o.stride() != o.stride():
         d_o = _empty_as(o).copy_(d_o)
     workspace = torch.empty(max(int(p.bwd_workspace_bytes), 16), dtype=torch.uint8,
                             device=q.device)
     with torch.cuda.device(q.device):
-        p.backward(q_c, k_c, v_c, o, d_o, lse, dq, dk, dv, workspace,
-                   stream=torch.cuda.current_stream(q.device))
-    return dq, dk, dv
+        p.backward_with(q_c, k_c, v_c, o, d_o, lse, dq, dk, dv, workspace,
+                        alibi_slopes=alibi_slopes, sinks=sinks, dsinks=dsinks,
+                        stream=torch.cuda.current_stream(q.device))
+    return (dq, dk, dv) + (() if dsinks is None else (dsinks,))
 
 
 _ops = None
@@ -1115,46 +1146,58 @@ def _custom_ops():
         @torch.library.custom_op("libfa2::fwd", mutates_args=())
         def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                 window_left: int, window_right: int, softmax_scale: Optional[float],
-                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                deterministic: bool, softcap: float, alibi_slopes: Optional[torch.Tensor],
+                sinks: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
             return forward(q, k, v, causal=causal, window=(window_left, window_right),
                            softmax_scale=softmax_scale, deterministic=deterministic,
+                           softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                            return_lse=True)
 
         @fwd.register_fake
-        def _(q, k, v, causal, window_left, window_right, softmax_scale, deterministic):
+        def _(q, k, v, causal, window_left, window_right, softmax_scale, deterministic,
+              softcap, alibi_slopes, sinks):
             return (q.new_empty(q.shape),
                     q.new_empty(_lse_shape(q), dtype=torch.float32))
 
+        # dsinks: float32 [heads_q] with sinks, else an empty tensor (a custom op returns
+        # tensors).
         @torch.library.custom_op("libfa2::bwd", mutates_args=())
         def bwd(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 o: torch.Tensor, lse: torch.Tensor, causal: bool, window_left: int,
-                window_right: int, softmax_scale: Optional[float],
-                deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            return backward(d_o, q, k, v, o, lse, causal=causal,
-                            window=(window_left, window_right),
-                            softmax_scale=softmax_scale, deterministic=deterministic)
+                window_right: int, softmax_scale: Optional[float], deterministic: bool,
+                softcap: float, alibi_slopes: Optional[torch.Tensor],
+                sinks: Optional[torch.Tensor]
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            grads = backward(d_o, q, k, v, o, lse, causal=causal,
+                             window=(window_left, window_right), softmax_scale=softmax_scale,
+                             deterministic=deterministic, softcap=softcap,
+                             alibi_slopes=alibi_slopes, sinks=sinks)
+            return grads if sinks is not None else grads + (q.new_empty(0, dtype=torch.float32),)
 
         @bwd.register_fake
         def _(d_o, q, k, v, o, lse, causal, window_left, window_right, softmax_scale,
-              deterministic):
+              deterministic, softcap, alibi_slopes, sinks):
             # backward() writes each gradient with its input's strides, or dense ones
             # for an input whose strides repeat an address.
             return tuple(torch.empty_strided(t.shape, _dense_strides(t.shape) if
                                              repeats_addresses(t.shape, t.stride())
                                              else t.stride(), dtype=t.dtype,
-                                             device=t.device) for t in (q, k, v))
+                                             device=t.device) for t in (q, k, v)) + (
+                q.new_empty(0 if sinks is None else sinks.shape[0], dtype=torch.float32),)
 
         def setup_context(ctx, inputs, output):
-            q, k, v, causal, window_left, window_right, softmax_scale, deterministic = inputs
+            (q, k, v, causal, window_left, window_right, softmax_scale, deterministic,
+             softcap, alibi_slopes, sinks) = inputs
             o, lse = output
-            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.save_for_backward(q, k, v, o, lse, alibi_slopes, sinks)
             ctx.mark_non_differentiable(lse)
-            ctx.options = (causal, window_left, window_right, softmax_scale, deterministic)
+            ctx.options = (causal, window_left, window_right, softmax_scale, deterministic,
+                           softcap)
 
         def backward_formula(ctx, d_o, d_lse):
-            q, k, v, o, lse = ctx.saved_tensors
-            dq, dk, dv = bwd(d_o, q, k, v, o, lse, *ctx.options)
-            return dq, dk, dv, None, None, None, None, None
+            q, k, v, o, lse, alibi_slopes, sinks = ctx.saved_tensors
+            dq, dk, dv, dsinks = bwd(d_o, q, k, v, o, lse, *ctx.options, alibi_slopes, sinks)
+            return (dq, dk, dv) + (None,) * 7 + (None if sinks is None else dsinks,)
 
         fwd.register_autograd(backward_formula, setup_context=setup_context)
 
@@ -1163,15 +1206,18 @@ def _custom_ops():
                        cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                        seqused_k: Optional[torch.Tensor], max_seqlen_q: int,
                        max_seqlen_k: int, causal: bool, window_left: int, window_right: int,
-                       softmax_scale: Optional[float],
-                       deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                       softmax_scale: Optional[float], deterministic: bool, softcap: float,
+                       alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor]
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
             return _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
                                    max_seqlen_q, max_seqlen_k, causal,
-                                   (window_left, window_right), softmax_scale, deterministic)
+                                   (window_left, window_right), softmax_scale, deterministic,
+                                   softcap, alibi_slopes, sinks)
 
         @varlen_fwd.register_fake
         def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
-              causal, window_left, window_right, softmax_scale, deterministic):
+              causal, window_left, window_right, softmax_scale, deterministic, softcap,
+              alibi_slopes, sinks):
             return (q.new_empty(q.shape),
                     q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -1180,29 +1226,36 @@ def _custom_ops():
                        o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
                        cu_seqlens_k: torch.Tensor, seqused_k: Optional[torch.Tensor],
                        max_seqlen_q: int, max_seqlen_k: int, causal: bool, window_left: int,
-                       window_right: int, softmax_scale: Optional[float],
-                       deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       window_right: int, softmax_scale: Optional[float], deterministic: bool,
+                       softcap: float, alibi_slopes: Optional[torch.Tensor],
+                       sinks: Optional[torch.Tensor]
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
             return _varlen_backward(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                                     seqused_k, max_seqlen_q, max_seqlen_k, causal,
-                                    (window_left, window_right), softmax_scale, deterministic)
+                                    (window_left, window_right), softmax_scale, deterministic,
+                                    softcap, alibi_slopes, sinks)
 
         @varlen_bwd.register_fake
         def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-              max_seqlen_k, causal, window_left, window_right, softmax_scale, deterministic):
+              max_seqlen_k, causal, window_left, window_right, softmax_scale, deterministic,
+              softcap, alibi_slopes, sinks):
             return tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
-                                             device=t.device) for t in (q, k, v))
+                                             device=t.device) for t in (q, k, v)) + (
+                q.new_empty(0 if sinks is None else sinks.shape[0], dtype=torch.float32),)
 
         def varlen_setup_context(ctx, inputs, output):
             q, k, v, cu_q, cu_k, used = inputs[:6]
+            alibi_slopes, sinks = inputs[-2:]
             o, lse = output
-            ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, used)
+            ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, used, alibi_slopes, sinks)
             ctx.mark_non_differentiable(lse)
-            ctx.options = inputs[6:]
+            ctx.options = inputs[6:-2]
 
         def varlen_backward_formula(ctx, d_o, d_lse):
-            q, k, v, o, lse, cu_q, cu_k, used = ctx.saved_tensors
-            dq, dk, dv = varlen_bwd(d_o, q, k, v, o, lse, cu_q, cu_k, used, *ctx.options)
-            return (dq, dk, dv) + (None,) * 10
+            q, k, v, o, lse, cu_q, cu_k, used, alibi_slopes, sinks = ctx.saved_tensors
+            dq, dk, dv, dsinks = varlen_bwd(d_o, q, k, v, o, lse, cu_q, cu_k, used,
+                                            *ctx.options, alibi_slopes, sinks)
+            return (dq, dk, dv) + (None,) * 12 + (None if sinks is None else dsinks,)
 
         varlen_fwd.register_autograd(varlen_backward_formula,
                                      setup_context=varlen_setup_context)
@@ -1211,19 +1264,21 @@ def _custom_ops():
 
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
-              deterministic=False):
+              deterministic=False, softcap=0.0, alibi_slopes=None, sinks=None):
     """softmax(scale * q k^T + mask) v on BSHD torch tensors, differentiable. Options
     are keyword-only (a fourth positional argument would be flash_attn_func's dropout_p;
     see flash_attn_func).
     q [b, sq, hq, d], k/v [b, sk, hkv, d], hq a multiple of hkv (GQA/MQA). Causal
     masks are bottom-right aligned when sq != sk (FlashAttention-2 >= 2.1). Tensors
     whose head_dim stride is not 1 are made contiguous first. Broadcast (expanded)
-    inputs get correct gradients; sk = 0 gives o = 0 and dq = 0."""
+    inputs get correct gradients; sk = 0 gives o = 0 and dq = 0. softcap (0 = off),
+    alibi_slopes and sinks (float32 [heads_q] on q's device): the score variants of
+    include/fa2.h; sinks get a gradient, the slopes none."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     window_left, window_right = (int(w) for w in window)
     o, _ = _custom_ops().fwd(q, k, v, bool(causal), window_left, window_right,
                              None if softmax_scale is None else float(softmax_scale),
-                             bool(deterministic))
+                             bool(deterministic), float(softcap), alibi_slopes, sinks)
     return o
 
 
@@ -1242,15 +1297,16 @@ def _refuse_unsupported(function, dropout_p, softcap, alibi_slopes, return_attn_
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                    deterministic=False, return_attn_probs=False):
+                    deterministic=False, return_attn_probs=False, *, sinks=None):
     """attention() with the argument order of flash_attn.flash_attn_func, for code
-    written against FlashAttention-2. What libfa2 does not do is refused, naming the
-    argument, before any tensor is touched: dropout_p != 0, softcap != 0, alibi_slopes,
+    written against FlashAttention-2; softcap, alibi_slopes (float32 [heads_q]) and,
+    keyword-only, sinks as attention() takes them. What libfa2 does not do is refused,
+    naming the argument, before any tensor is touched: dropout_p != 0,
     return_attn_probs."""
-    _refuse_unsupported("flash_attn_func", dropout_p, softcap, alibi_slopes,
-                        return_attn_probs)
+    _refuse_unsupported("flash_attn_func", dropout_p, 0.0, None, return_attn_probs)
     return attention(q, k, v, causal=causal, window=tuple(window_size),
-                     softmax_scale=softmax_scale, deterministic=deterministic)
+                     softmax_scale=softmax_scale, deterministic=deterministic,
+                     softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
 
 
 def _check_offsets(name, t, n, device):
@@ -1266,12 +1322,13 @@ def _check_offsets(name, t, n, device):
 
 
 def _varlen_plan(q3, k3, v3, batch, max_seqlen_q, max_seqlen_k, causal, window,
-                 softmax_scale, deterministic):
+                 softmax_scale, deterministic, softcap=0.0, alibi=False, sinks=False):
     """The cached Plan of a packed batch: q3 [total_q, hq, d], k3/v3 [total_k, hkv, d],
-    O contiguous like q3."""
+    O contiguous like q3; softcap, alibi, sinks: the score variants."""
     key = ("varlen", q3.device.index, str(q3.dtype), tuple(q3.shape), q3.stride(),
            tuple(k3.shape), k3.stride(), v3.stride(), batch, int(max_seqlen_q),
-           int(max_seqlen_k), bool(causal), tuple(window), softmax_scale, bool(deterministic))
+           int(max_seqlen_k), bool(causal), tuple(window), softmax_scale, bool(deterministic),
+           float(softcap), bool(alibi), bool(sinks))
     p = _plan_cache.get(key)
     if p is None:
         lib = library()
@@ -1282,6 +1339,8 @@ def _varlen_plan(q3, k3, v3, batch, max_seqlen_q, max_seqlen_k, causal, window,
             o_strides=(q3.shape[1] * q3.shape[2], q3.shape[2]), causal=causal,
             window=window, softmax_scale=softmax_scale, lib=lib)
         problem.deterministic = int(bool(deterministic))
+        problem.softcap = float(softcap)
+        problem.alibi, problem.sinks = int(bool(alibi)), int(bool(sinks))
         p = lib.plan(problem, q3.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:
@@ -1297,46 +1356,55 @@ def _varlen_inputs(k3, v3, q3):
 
 
 def _varlen_forward(q3, k3, v3, cu_q, cu_k, seqused_k, max_q, max_k, causal, window,
-                    softmax_scale, deterministic):
+                    softmax_scale, deterministic, softcap=0.0, alibi_slopes=None, sinks=None):
     """(o, lse) of a checked packed batch: o contiguous like q3, lse [heads_q, total_q]."""
     torch = _torch()
     p = _varlen_plan(q3, k3, v3, cu_q.numel() - 1, max_q, max_k, causal, window,
-                     softmax_scale, deterministic)
+                     softmax_scale, deterministic, softcap, alibi_slopes is not None,
+                     sinks is not None)
     k_c, v_c = _varlen_inputs(k3, v3, q3)
     o = torch.empty(q3.shape, dtype=q3.dtype, device=q3.device)
     lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q3.device)
     # the metadata checks' record (a failed sequence is skipped; not read back here)
     workspace = torch.empty(p.workspace_bytes, dtype=torch.uint8, device=q3.device)
     with torch.cuda.device(q3.device):
-        p.forward_varlen(q3, k_c, v_c, o, cu_q, cu_k, lse, seqused_k, workspace=workspace,
-                         stream=torch.cuda.current_stream(q3.device))
+        p.forward_with(q3, k_c, v_c, o, lse, cu_q, cu_k, seqused_k,
+                       alibi_slopes=alibi_slopes, sinks=sinks, workspace=workspace,
+                       stream=torch.cuda.current_stream(q3.device))
     return o, lse
 
 
 def _varlen_backward(d_o, q3, k3, v3, o, lse, cu_q, cu_k, seqused_k, max_q, max_k, causal,
-                     window, softmax_scale, deterministic):
-    """(dq, dk, dv) of a packed batch, each with its input's strides; rows no sequence
-    uses (which the library leaves alone) are 0, their gradient."""
+                     window, softmax_scale, deterministic, softcap=0.0, alibi_slopes=None,
+                     sinks=None):
+    """(dq, dk, dv, dsinks) of a packed batch, each gradient with its input's strides;
+    rows no sequence uses (which the library leaves alone) are 0, their gradient;
+    dsinks float32 [heads_q] (empty without sinks)."""
     torch = _torch()
     dq, dk, dv = (_empty_as(t).zero_() for t in (q3, k3, v3))
+    dsinks = (q3.new_empty(0, dtype=torch.float32) if sinks is None
+              else torch.zeros_like(sinks))
     if k3.shape[0] == 0:
-        return dq, dk, dv  # no key: dQ = 0, dK and dV empty
+        return dq, dk, dv, dsinks  # no key: dQ = 0, dK and dV empty, O = 0: dsinks = 0
     p = _varlen_plan(q3, k3, v3, cu_q.numel() - 1, max_q, max_k, causal, window,
-                     softmax_scale, deterministic)
+                     softmax_scale, deterministic, softcap, alibi_slopes is not None,
+                     sinks is not None)
     d_o = d_o.contiguous()  # O's strides (o is contiguous)
     workspace = torch.empty(max(int(p.bwd_workspace_bytes), 16), dtype=torch.uint8,
                             device=q3.device)
     with torch.cuda.device(q3.device):
-        p.backward_varlen(q3, k3, v3, o, d_o, lse, dq, dk, dv, cu_q, cu_k, workspace,
-                          seqused_k, stream=torch.cuda.current_stream(q3.device))
-    return dq, dk, dv
+        p.backward_with(q3, k3, v3, o, d_o, lse, dq, dk, dv, workspace, cu_q, cu_k, seqused_k,
+                        alibi_slopes=alibi_slopes, sinks=sinks,
+                        dsinks=None if sinks is None else dsinks,
+                        stream=torch.cuda.current_stream(q3.device))
+    return dq, dk, dv, dsinks
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, *, seqused_k=None,
-                           return_lse=False):
+                           return_lse=False, sinks=None):
     """A packed variable-length batch in the shape of flash_attn.flash_attn_varlen_func,
     differentiable: q [total_q, heads_q, d], k and v [total_k, heads_kv, d] (CUDA,
     fp16/bf16), cu_seqlens_q / cu_seqlens_k int32 [batch + 1] offsets on q's device,
@@ -1344,10 +1412,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     seqused_k (int32 [batch]): the keys each sequence uses. Returns o [total_q, heads_q,
     d], and with return_lse=True also the LSE float32 [heads_q, total_q] (natural log,
     not differentiable). The offsets are read on the GPU only. Runs as the custom ops
-    libfa2::varlen_fwd / varlen_bwd (torch.compile traces it). Dropout, softcap, ALiBi
-    and returned probabilities are refused."""
-    _refuse_unsupported("flash_attn_varlen_func", dropout_p, softcap, alibi_slopes,
-                        return_attn_probs)
+    libfa2::varlen_fwd / varlen_bwd (torch.compile traces it). softcap, alibi_slopes and
+    (keyword-only) sinks, float32 [heads_q]: the score variants as attention() takes
+    them. Dropout and returned probabilities are refused."""
+    _refuse_unsupported("flash_attn_varlen_func", dropout_p, 0.0, None, return_attn_probs)
     torch = _torch()
     for n, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
@@ -1363,11 +1431,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _check_offsets("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
     if seqused_k is not None:
         _check_offsets("seqused_k", seqused_k, batch, q.device)
+    _check_score_tensors(alibi_slopes, sinks, q.shape[1], q.device)
     window_left, window_right = (int(w) for w in window_size)
     o, lse = _custom_ops().varlen_fwd(
         q4[0], k4[0], v4[0], cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
         int(max_seqlen_k), bool(causal), window_left, window_right,
-        None if softmax_scale is None else float(softmax_scale), bool(deterministic))
+        None if softmax_scale is None else float(softmax_scale), bool(deterministic),
+        float(softcap), alibi_slopes, sinks)
     return (o, lse) if return_lse else o
 
 
@@ -1412,12 +1482,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                                              q.shape[3])
     _check_tensors(q3.unsqueeze(0), k_cache, v_cache)
     _check_offsets("cache_seqlens", cache_seqlens, batch, q.device)
-    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
-        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or
-                              tuple(t.shape) != (q.shape[2],) or not t.is_contiguous() or
-                              t.device != q.device):
-            raise Fa2ShapeError(f"{name}: expected a contiguous float32 tensor [heads_q = "
-                                f"{q.shape[2]}] on q's device")
+    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device)
     if block_table is None:  # a contiguous cache: sequence b is page b
         if k_cache.shape[0] != batch:
             raise Fa2ShapeError(f"k_cache: {k_cache.shape[0]} sequences for a batch of "

@@ -197,3 +197,15 @@ int oracle_backward_scored_rounded(const fa2_problem_t *p, const oracle_score_t 
             dsinks[h] = 0.0;
     return backward(p, mod, q, k, v, d_o, 1, dq, dk, dv, dsinks);
 }
+
+double oracle_dsink_row_rounding(fa2_dtype_t dtype, int64_t head_dim, const float *d_o,
+                                 const uint16_t *o_bits, double p_sink)
+{
+    const int bf16 = dtype == FA2_DTYPE_BF16;
+    const double unit = bf16 ? 0x1p-8 : 0x1p-11, tiny = bf16 ? 0x1p-133 : 0x1p-24;
+    double moved = 0.0;
+    for (int64_t c = 0; c < head_dim; ++c)
+        moved += fabs((double)d_o[c]) *
+                 (unit * fabs((double)oracle_float_from_bits(o_bits[c], dtype)) + tiny / 2);
+    return p_sink * moved;
+}

@@ -51,4 +51,13 @@ int oracle_backward_scored_rounded(const fa2_problem_t *p, const oracle_score_t 
                                    const float *d_o, double *dq, double *dk, double *dv,
                                    double *dsinks);
 
+/* What rounding one stored row of O (head_dim values in `dtype`, as bits) can move
+ * that row's term P_sink D_i of dsinks by: p_sink Σ_c |dO_c| (u |O_c| + t / 2), u the
+ * dtype's relative rounding (2^-8 bf16, 2^-11 fp16), t its smallest subnormal (an O
+ * that underflows is stored as 0). Summed over a head's rows: the bound of the GPU's
+ * dsinks against oracle_backward_scored's, since D cancels and only O's rounding
+ * separates them. */
+double oracle_dsink_row_rounding(fa2_dtype_t dtype, int64_t head_dim, const float *d_o,
+                                 const uint16_t *o_bits, double p_sink);
+
 #endif

@@ -517,6 +517,25 @@ static void test_plan_backward_fields(void **state)
     }
 }
 
+/* oracle_dsink_row_rounding: one relative rounding of each |O|, plus half the smallest
+ * subnormal per element, weighted by |dO| and P_sink; a row of O stored as 0 (underflow)
+ * still gets a bound above 0. */
+static void test_dsink_row_rounding(void **state)
+{
+    (void)state;
+    const float d_o[3] = {1.0f, 0.5f, -1.0f};
+    const uint16_t bf16_o[3] = {0x0000, 0x3F80, 0xC000}, fp16_o[3] = {0x0000, 0x3C00, 0xC000};
+    const uint16_t zeros[3] = {0, 0, 0};
+    const double u16 = 0x1p-8, t16 = 0x1p-133, u11 = 0x1p-11, t11 = 0x1p-24;
+    assert_true(oracle_dsink_row_rounding(FA2_DTYPE_BF16, 3, d_o, bf16_o, 0.5) ==
+                0.5 * (t16 / 2 + 0.5 * (u16 + t16 / 2) + (2 * u16 + t16 / 2)));
+    assert_true(oracle_dsink_row_rounding(FA2_DTYPE_FP16, 3, d_o, fp16_o, 0.25) ==
+                0.25 * (t11 / 2 + 0.5 * (u11 + t11 / 2) + (2 * u11 + t11 / 2)));
+    assert_true(oracle_dsink_row_rounding(FA2_DTYPE_FP16, 3, d_o, zeros, 1.0) ==
+                2.5 * t11 / 2);
+    assert_true(oracle_dsink_row_rounding(FA2_DTYPE_BF16, 3, d_o, bf16_o, 0.0) == 0.0);
+}
+
 int main(void)
 {
     const char *s = getenv("FA2_TEST_SEED");
@@ -529,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_rounded_reference_error),
         cmocka_unit_test(test_tiled_matches_oracle),
         cmocka_unit_test(test_plan_backward_fields),
+        cmocka_unit_test(test_dsink_row_rounding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

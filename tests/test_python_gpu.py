@@ -616,11 +616,22 @@ def compile_cases():
     d_o = torch.randn_like(o)
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     ops = fa2._custom_ops()
-    for label, args in (("fwd", (qg, kg, vg, True, -1, -1, None, True)),
-                        ("bwd", (d_o, q, k, v, o, lse, True, -1, -1, None, True))):
+    hq = q.shape[2]
+    slopes = torch.rand(hq, device="cuda") * 0.1
+    sinks = torch.randn(hq, device="cuda")
+    o_v, lse_v = fa2.forward(q, k, v, causal=True, softcap=20.0, alibi_slopes=slopes,
+                             sinks=sinks, return_lse=True)
+    plain = (None, True, 0.0, None, None)     # softmax_scale, deterministic, the variants
+    scored = (None, True, 20.0, slopes, sinks.clone().requires_grad_())
+    for label, op, args in (
+            ("fwd", "fwd", (qg, kg, vg, True, -1, -1) + plain),
+            ("bwd", "bwd", (d_o, q, k, v, o, lse, True, -1, -1) + plain),
+            ("fwd softcap+alibi+sinks", "fwd", (qg, kg, vg, True, -1, -1) + scored),
+            ("bwd softcap+alibi+sinks", "bwd",
+             (d_o, q, k, v, o_v, lse_v, True, -1, -1) + scored[:4] + (sinks,))):
         n += 1
         try:
-            torch.library.opcheck(getattr(ops, label), args)
+            torch.library.opcheck(getattr(ops, op), args)
             passed += 1
             print(f"PASS torch.library.opcheck libfa2::{label}", flush=True)
         except Exception as e:  # noqa: BLE001 -- opcheck raises many kinds

@@ -293,10 +293,9 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
         printf(" %s %.2e (bound %.2e)", names[t], err, bound);
     }
     /* dsinks_h sums -P_sink D_i over rows whose D = dO . O cancels: its error is judged
-     * against what rounding O to the dtype can move it by, sum_i P_sink,i sum_c |dO_ic|
-     * (unit |O_ic| + tiny / 2) with O and LSE from the GPU: one relative rounding per
-     * element, or half the smallest subnormal where O underflows (fp16 O of a row the sink
-     * of 80 dominates is ~e^-80 |V|, stored as 0). Measured on the H200: below 1/60. */
+     * against what rounding O (from the GPU, with its LSE) can move it by,
+     * oracle_dsink_row_rounding summed over the head's rows (fp16 O of a row the sink of
+     * 80 dominates, ~e^-80 |V|, is stored as 0). Measured on the H200: below 1/60. */
     uint16_t *o_bits = malloc(2 * nq);
     float *lse_h = malloc(sizeof(float) * nl);
     assert_true(o_bits && lse_h);
@@ -304,18 +303,14 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
     assert_int_equal(cudaMemcpy(lse_h, dlse, sizeof(float) * nl, cudaMemcpyDeviceToHost),
                      cudaSuccess);
     double ds_worst = 0.0;
-    const double unit = dt == BF16 ? 0x1p-8 : 0x1p-11, tiny = dt == BF16 ? 0x1p-133 : 0x1p-24;
     for (int64_t h = 0; h < hq && var.sinks; ++h) {
         double bound = 0.0;
         for (int64_t bi = 0; bi < b && sinks[h] != -INFINITY; ++bi)
             for (int64_t i = 0; i < sq; ++i) {
                 const int64_t row = (bi * sq + i) * hq + h;
-                double moved = 0.0;
-                for (int64_t c = 0; c < d; ++c)
-                    moved += fabs((double)dov[row * d + c]) *
-                             (unit * fabs(oracle_float_from_bits(o_bits[row * d + c], dt)) +
-                              tiny / 2);
-                bound += exp((double)sinks[h] - lse_h[(bi * hq + h) * sq + i]) * moved;
+                bound += oracle_dsink_row_rounding(
+                    dt, d, dov + row * d, o_bits + row * d,
+                    exp((double)sinks[h] - lse_h[(bi * hq + h) * sq + i]));
             }
         const double e = fabs(ds1[h] - want_ds[h]);
         ds_worst = fmax(ds_worst, bound > 0.0 ? e / bound : (e > 0.0 ? INFINITY : 0.0));

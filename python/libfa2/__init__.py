@@ -1282,15 +1282,11 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
     return o
 
 
-def _refuse_unsupported(function, dropout_p, softcap, alibi_slopes, return_attn_probs):
+def _refuse_unsupported(function, dropout_p, return_attn_probs):
     """flash-attn arguments libfa2 does not implement, refused by name."""
     if dropout_p:
         raise Fa2ShapeError(f"{function}: dropout_p={dropout_p!r}: libfa2 has no "
                             "dropout (use 0.0)")
-    if softcap:
-        raise Fa2ShapeError(f"{function}: softcap={softcap!r} is not supported (use 0.0)")
-    if alibi_slopes is not None:
-        raise Fa2ShapeError(f"{function}: alibi_slopes is not supported (use None)")
     if return_attn_probs:
         raise Fa2ShapeError(f"{function}: return_attn_probs is not supported")
 
@@ -1303,7 +1299,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     keyword-only, sinks as attention() takes them. What libfa2 does not do is refused,
     naming the argument, before any tensor is touched: dropout_p != 0,
     return_attn_probs."""
-    _refuse_unsupported("flash_attn_func", dropout_p, 0.0, None, return_attn_probs)
+    _refuse_unsupported("flash_attn_func", dropout_p, return_attn_probs)
     return attention(q, k, v, causal=causal, window=tuple(window_size),
                      softmax_scale=softmax_scale, deterministic=deterministic,
                      softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
@@ -1415,7 +1411,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     libfa2::varlen_fwd / varlen_bwd (torch.compile traces it). softcap, alibi_slopes and
     (keyword-only) sinks, float32 [heads_q]: the score variants as attention() takes
     them. Dropout and returned probabilities are refused."""
-    _refuse_unsupported("flash_attn_varlen_func", dropout_p, 0.0, None, return_attn_probs)
+    _refuse_unsupported("flash_attn_varlen_func", dropout_p, return_attn_probs)
     torch = _torch()
     for n, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:

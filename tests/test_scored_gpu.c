@@ -295,7 +295,7 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
     /* dsinks_h sums -P_sink D_i over rows whose D = dO . O cancels: its error is judged
      * against what rounding O (from the GPU, with its LSE) can move it by,
      * oracle_dsink_row_rounding summed over the head's rows (fp16 O of a row the sink of
-     * 80 dominates, ~e^-80 |V|, is stored as 0). Measured on the H200: below 1/60. */
+     * 80 dominates, ~e^-80 |V|, is stored as 0). Measured on the H200: up to 0.06. */
     uint16_t *o_bits = malloc(2 * nq);
     float *lse_h = malloc(sizeof(float) * nl);
     assert_true(o_bits && lse_h);

@@ -10,11 +10,11 @@
  * bf16), rows with no visible key exactly 0, LSE within 1e-3 (relative, -inf exact).
  * Options per case: seqused_k (sequences use fewer keys than cu_seqlens_k holds),
  * padding sequences of length 0, planned maxima above the actual lengths, a sequence
- * past the planned maxima (skipped: its rows stay poisoned), and planning for a 99 KiB
- * device (the mma.sync kernels instead of the Hopper ones on the H200). Then the
- * backward of each case in both modes (check_backward). Then paged K/V caches
- * (run_paged_case): page sizes 1, 16, 17, 32, 64 and 256, shuffled and shared pages. Then the
- * accepted limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows;
+ * past the planned maxima (skipped: its rows stay poisoned), planning for a 99 KiB
+ * device (the mma.sync kernels instead of the Hopper ones on the H200), and the score
+ * variants (against oracle_forward_scored). Then the backward of each case in both modes
+ * (check_backward). Then paged K/V caches (run_paged_case): page sizes 1, 16, 17, 32, 64
+ * and 256, shuffled and shared pages, the score variants. Then the accepted limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows;
  * hostile metadata (run_hostile): each check failed once, recorded for the right
  * sequence, whose rows stay untouched while the intact ones match a clean run bit for
  * bit. Every call's metadata records are checked (records_ok).
@@ -59,8 +59,7 @@ typedef struct varlen_case_t {
     int64_t slack;             /* planned maxima this much above the longest sequence */
     int skipped;               /* index of a sequence past the planned query maximum, or -1 */
     int consumer;              /* plan for a 99 KiB sm_89 device */
-    int scored;                /* the score variants on: softcap 10, ALiBi, sinks (forward
-                                  only: no backward check) */
+    int scored;                /* the score variants on: softcap 10, ALiBi, sinks */
 } varlen_case_t;
 
 static uint64_t g_seed;
@@ -406,8 +405,9 @@ static int run_case(long index, const varlen_case_t *c)
                                                    vv + k0 * hkv * d, want + q0 * hq * d,
                                                    want_lse),
                              0);
-            assert_int_equal(oracle_forward_rounded(&one, qv + q0 * hq * d, kv + k0 * hkv * d,
-                                                    vv + k0 * hkv * d, ref + q0 * hq * d),
+            assert_int_equal(oracle_forward_scored_rounded(
+                                 &one, c->scored ? &mod : NULL, qv + q0 * hq * d,
+                                 kv + k0 * hkv * d, vv + k0 * hkv * d, ref + q0 * hq * d),
                              0);
         }
         for (int64_t i = 0; i < lq; ++i)
@@ -853,11 +853,12 @@ typedef struct paged_case_t {
     int64_t page_size;
     int shared_pages; /* sequence 1's first pages are sequence 0's (a shared prefix) */
     int consumer;     /* plan for a 99 KiB sm_89 device */
+    int scored;       /* the score variants on: softcap 10, ALiBi, sinks */
 } paged_case_t;
 
 /* A paged cache of shuffled pages (a few never used, page-table entries past a
- * sequence's pages -1), Q packed; each sequence against oracle_forward on its keys
- * gathered from the pages. O and the LSE poisoned; spare rows must stay so. */
+ * sequence's pages -1), Q packed; each sequence against oracle_forward_scored on its
+ * keys gathered from the pages. O and the LSE poisoned; spare rows must stay so. */
 static int run_paged_case(long index, const paged_case_t *c)
 {
     const int n = c->n;
@@ -910,10 +911,13 @@ static int run_paged_case(long index, const paged_case_t *c)
     p.causal = c->causal;
     p.window_left = c->window_left;
     p.window_right = c->window_right;
+    if (c->scored)
+        p.softcap = 10.0f, p.alibi = 1, p.sinks = 1;
     const fa2_device_info_t device = c->consumer ? consumer_device_info(&g_info) : g_info;
     printf("case %ld: paged %s %s %d seqs page=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
-           " d=%" PRId64 "%s", index, c->name, c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", n,
-           ps, hq, hkv, d, c->consumer ? " (planned for 99 KiB)" : "");
+           " d=%" PRId64 "%s%s", index, c->name, c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16",
+           n, ps, hq, hkv, d, c->consumer ? " (planned for 99 KiB)" : "",
+           c->scored ? " softcap=10 alibi sinks" : "");
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, &device, &plan);
     if (st != FA2_SUCCESS) {
@@ -938,15 +942,24 @@ static int run_paged_case(long index, const paged_case_t *c)
     fill_rounded(qv, qb, nq, &rng, c->dtype);
     fill_rounded(kv, kb, nk, &rng, c->dtype);
     fill_rounded(vv, vb, nk, &rng, c->dtype);
+    float slopes[16], sinks[16];
+    assert_true(hq <= 16);
+    for (int64_t h = 0; h < hq; ++h) {
+        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
+    }
+    const oracle_score_t mod = {10.0, slopes, sinks};
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
          *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
+    float *dslopes = c->scored ? device_buffer(slopes, sizeof slopes) : NULL,
+          *dsinks = c->scored ? device_buffer(sinks, sizeof sinks) : NULL;
     float *dlse = device_buffer(NULL, sizeof(float) * (size_t)n_lse);
     int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dused = device_buffer(used, sizeof used),
             *dtable = device_buffer(table, sizeof(int32_t) * (size_t)(n * pages_per_seq));
     void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
     int pass = 0;
     if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws,
-                              NULL, NULL, ob, lse, nq, n_lse))
+                              dslopes, dsinks, ob, lse, nq, n_lse))
         goto cleanup;
     int64_t nonfinite = 0, poison_lost = 0, lse_bad = 0;
     for (int b = 0; b < n; ++b) {
@@ -964,11 +977,12 @@ static int run_paged_case(long index, const paged_case_t *c)
         one.causal = c->causal;
         one.window_left = c->window_left;
         one.window_right = c->window_right;
-        assert_int_equal(oracle_forward(&one, qv + q0 * hq * d, kseq, vseq, want + q0 * hq * d,
-                                        want_lse),
+        const oracle_score_t *m = c->scored ? &mod : NULL;
+        assert_int_equal(oracle_forward_scored(&one, m, qv + q0 * hq * d, kseq, vseq,
+                                               want + q0 * hq * d, want_lse),
                          0);
-        assert_int_equal(oracle_forward_rounded(&one, qv + q0 * hq * d, kseq, vseq,
-                                                ref + q0 * hq * d),
+        assert_int_equal(oracle_forward_scored_rounded(&one, m, qv + q0 * hq * d, kseq, vseq,
+                                                       ref + q0 * hq * d),
                          0);
         for (int64_t i = 0; i < lq; ++i)
             for (int64_t h = 0; h < hq; ++h) {
@@ -999,23 +1013,31 @@ static int run_paged_case(long index, const paged_case_t *c)
 cleanup:
     fflush(stdout);
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(d_o), cudaFree(dlse), cudaFree(ws);
-    cudaFree(dcu_q), cudaFree(dused), cudaFree(dtable);
+    cudaFree(dcu_q), cudaFree(dused), cudaFree(dtable), cudaFree(dslopes), cudaFree(dsinks);
     free(qv), free(kv), free(vv), free(lse), free(kseq), free(vseq);
     free(qb), free(kb), free(vb), free(ob), free(want), free(ref), free(got), free(want_lse);
     free(perm), free(table);
     return pass;
 }
 
-/* name, dtype, hq, hkv, d, causal, left, right, n, len_q, len_k, page, shared, consumer */
+/* name, dtype, hq, hkv, d, causal, left, right, n, len_q, len_k, page, shared, consumer,
+ * scored */
 static const paged_case_t paged_cases[] = {
     {"mixed lengths, shared prefix", BF16, 4, 2, 128, 1, -1, -1, 6,
-     {300, 17, 0, 1, 5, 64}, {300, 17, 0, 1, 200, 640}, 16, 2, 0},
-    {"window", FP16, 2, 2, 64, 0, 40, 8, 3, {100, 1, 64}, {37, 500, 64}, 64, 0, 0},
-    {"MQA d 256", BF16, 8, 1, 256, 1, -1, -1, 3, {129, 2, 1}, {129, 700, 300}, 256, 1, 0},
-    {"odd page", BF16, 4, 2, 128, 1, -1, -1, 4, {1, 33, 2, 100}, {250, 33, 90, 100}, 17, 1, 1},
+     {300, 17, 0, 1, 5, 64}, {300, 17, 0, 1, 200, 640}, 16, 2, 0, 0},
+    {"window", FP16, 2, 2, 64, 0, 40, 8, 3, {100, 1, 64}, {37, 500, 64}, 64, 0, 0, 0},
+    {"MQA d 256", BF16, 8, 1, 256, 1, -1, -1, 3, {129, 2, 1}, {129, 700, 300}, 256, 1, 0, 0},
+    {"odd page", BF16, 4, 2, 128, 1, -1, -1, 4, {1, 33, 2, 100}, {250, 33, 90, 100}, 17, 1, 1,
+     0},
     {"decode rows, d 96", FP16, 3, 3, 96, 1, -1, -1, 5, {1, 1, 1, 4, 1},
-     {1000, 31, 1, 64, 2048}, 32, 0, 0},
-    {"page of one key", BF16, 2, 1, 64, 0, -1, -1, 2, {7, 1}, {40, 3}, 1, 1, 0},
+     {1000, 31, 1, 64, 2048}, 32, 0, 0, 0},
+    {"page of one key", BF16, 2, 1, 64, 0, -1, -1, 2, {7, 1}, {40, 3}, 1, 1, 0, 0},
+    {"variants, mixed lengths", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 0, 1, 77},
+     {300, 40, 900, 200}, 16, 0, 0, 1},
+    {"variants, window, odd page", FP16, 4, 2, 64, 0, 50, 10, 3, {129, 5, 1},
+     {129, 260, 33}, 17, 1, 0, 1},
+    {"variants, d 96, 99 KiB", BF16, 4, 4, 96, 1, -1, -1, 2, {64, 200}, {500, 200}, 64, 0,
+     1, 1},
 };
 
 static void test_paged_matches_oracle(void **state)

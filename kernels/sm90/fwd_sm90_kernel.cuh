@@ -150,12 +150,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             }
 
             float s[1][Tr::kNTiles][4];
-            const uint32_t q_tile = opaque(q_smem);  // Q's descriptors: rebuilt, not held
+            // Step-0 descriptors, built here each pass (opaque: not hoisted and held
+            // in registers); the k steps add constants.
+            const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
+            const uint64_t k_desc =
+                desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, 0);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
-                wgmma_ss<Elem, 0, 0>(s[0], desc_k_major<Tr::kBlockM>(q_tile, wg_row0, kk),
-                                     desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, kk), kk > 0);
+                wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
+                                     k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence(s[0]);
@@ -179,9 +183,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             fence_proxy_async();
             __syncthreads();
             wgmma_fence();
+            const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_smem), 0);
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_rs<Elem, 1>(o[0], pa[kk], desc_mn_major<Tr::kBlockN>(v_smem, kk), 1);
+                wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence(o[0]);

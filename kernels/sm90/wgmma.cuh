@@ -40,6 +40,15 @@ __device__ __forceinline__ uint64_t desc_k_major(uint32_t tile, int row0, int kk
     return wgmma_desc(tile + (kk / 4) * kTileRows * 128 + row0 * 128 + (kk % 4) * 32, 16, 1024);
 }
 
+// desc_k_major(tile, row0, kk) - desc_k_major(tile, row0, 0): the k step only moves the
+// start address (14-bit field, addresses below 256 KiB: no carry), so a loop can build
+// the step-0 descriptor once and add constants.
+template <int kTileRows>
+__device__ __forceinline__ constexpr uint64_t k_major_step(int kk)
+{
+    return static_cast<uint64_t>(((kk / 4) * kTileRows * 128 + (kk % 4) * 32) >> 4);
+}
+
 // MN-major operand of a panel tile (rows = K): k16 step `kk` (rows 16kk..16kk+15),
 // columns from panel `panel0`. 64-column panels are kTileRows*128 bytes apart (LBO),
 // 8-row atoms along K 1024 bytes (SBO).
@@ -84,6 +93,12 @@ __device__ __forceinline__ void reg_fence(float (&d)[kN][4])
     for (int i = 0; i < kN; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+// desc_mn_major(tile, kk, panel0) - desc_mn_major(tile, 0, panel0), the same way.
+__device__ __forceinline__ constexpr uint64_t mn_major_step(int kk)
+{
+    return static_cast<uint64_t>((kk * 16 * 128) >> 4);
 }
 
 // Hides a value's origin from the compiler, so that what is built from it in a loop

@@ -9,7 +9,7 @@
             dense kernel on the same work;
   paged     a batch over a paged cache (page sizes 16 and 64; pages shuffled, and in
             order) against the same batch with contiguous packed K/V, timed in
-            alternating rounds;
+            alternating rounds (with --base-lib, the base build's paged calls too);
   decode    one query token per sequence over a paged cache (page 16): time and K/V
             read rate, and with --base-lib the same step on a second build, alternating
             (what a change costs a decode step).
@@ -127,8 +127,8 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
     ap.add_argument("--csv")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on the decode "
-                    "rows (same binding: the structs must match)")
+    ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on the paged "
+                    "and decode rows (same binding: the structs must match)")
     args = ap.parse_args()
     lib = fa2lib.load_library(args.lib)
     base = fa2lib.load_library(args.base_lib) if args.base_lib else None
@@ -192,13 +192,16 @@ def main():
                 k_cache[slots, keys % page] = k[int(cu[b]):int(cu[b]) + x]
                 v_cache[slots, keys % page] = v[int(cu[b]):int(cu[b]) + x]
             stride = k_cache.stride(0)
-            paged = Varlen(lib, q, k_cache, lens, pages=(page, num_pages, per_seq, stride,
-                                                          stride))
-            o = torch.empty_like(q)
-            paged(q, k_cache, v_cache, o, cu, None, used, table)
-            diffs[order] = ((o.float() - o_ref.float()).norm() / o_ref.float().norm()).item()
-            calls[order] = (lambda paged=paged, kc=k_cache, vc=v_cache, o=o, t=table:
-                            paged(q, kc, vc, o, cu, None, used, t))
+            for name, library in ((order, lib), (f"base {order}", base)):
+                if library is None:
+                    continue
+                paged = Varlen(library, q, k_cache, lens,
+                               pages=(page, num_pages, per_seq, stride, stride))
+                o = torch.empty_like(q)
+                paged(q, k_cache, v_cache, o, cu, None, used, table)
+                diffs[name] = ((o.float() - o_ref.float()).norm() / o_ref.float().norm()).item()
+                calls[name] = (lambda paged=paged, kc=k_cache, vc=v_cache, o=o, t=table:
+                               paged(q, kc, vc, o, cu, None, used, t))
         times = dict(zip(calls, alternate(list(calls.values()), [()], ROUNDS, 20)))
         fl = causal_flops(lens)
         t_contiguous = statistics.median(times["contiguous"])
@@ -212,6 +215,12 @@ def main():
             rows.append(dict(case=name, fa2_tflops=fl / (t * 1e-3) / 1e12,
                              contiguous_tflops=fl / (t_contiguous * 1e-3) / 1e12,
                              ratio=t_contiguous / t))
+            if base is not None:  # the same paged call on the base build, alternating
+                speed, lo, hi = ratio(times[f"base {order}"], times[order])
+                print(f"{'  base build, ' + order:44} fa2/base {speed:5.3f} (rounds "
+                      f"{lo:.3f}..{hi:.3f}; base/contiguous "
+                      f"{ratio(times['contiguous'], times['base ' + order])[0]:5.3f})",
+                      flush=True)
 
     for batch, keys in ((1, 8192), (16, 8192), (64, 4096)):  # paged decode, page 16
         rows.append(decode_row(lib, base, batch, keys, 16, dt))

@@ -144,4 +144,17 @@ __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
         [&](int n, int e) { return key0 + n * 8 + 2 * (lane & 3) + (e & 1); });
 }
 
+// dSᵀ = P ∘ (dPᵀ − D) in place on a keys-as-rows tile (columns are queries, D of this
+// lane's column c is dsum[c]); `p` is P, or P times softcap's derivative.
+template <int kN>
+__device__ __forceinline__ void ds_keys_as_rows(float (&dp)[kN][4], const float (&p)[kN][4],
+                                                const float *dsum, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            dp[n][e] = p[n][e] * (dp[n][e] - dsum[n * 8 + 2 * (lane & 3) + (e & 1)]);
+}
+
 }  // namespace fa2

@@ -128,13 +128,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
                     else
                         exp_scores_keys_as_rows_scored<false>(pt[m], pg_to(pg), v, seq.seqlen_q, win,
                                                               lse, masked, row0, key_row, lane);
-#pragma unroll
-                    for (int n = 0; n < kN; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                            ds[m][n][e] = pg[n][e] * (ds[m][n][e] - dsum[col]);
-                        }
+                    ds_keys_as_rows(ds[m], pg, dsum, lane);
                 }
             } else {
                 // Pᵀ = exp(scale·Sᵀ − LSE): rows are keys, columns queries.
@@ -157,13 +151,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
                                                                         do_smem[buf], lane);
 #pragma unroll
                 for (int m = 0; m < kM; ++m)
-#pragma unroll
-                    for (int n = 0; n < kN; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                            ds[m][n][e] = pt[m][n][e] * (ds[m][n][e] - dsum[col]);
-                        }
+                    ds_keys_as_rows(ds[m], pt[m], dsum, lane);
             }
 
             if constexpr (kAtomicDq) {

@@ -270,13 +270,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                                                           lse, masked, row0, key_row, lane);
                     wgmma_wait<0>();
                     reg_fence(dpt);
-#pragma unroll
-                    for (int n = 0; n < kN; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                            dpt[n][e] = pg[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
-                        }
+                    ds_keys_as_rows(dpt, pg, dsum, lane);  // dSᵀ
 #pragma unroll
                     for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(pa[kk], st, kk);
                 }
@@ -287,13 +281,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                                         key_first + warp * 16 + (lane >> 2), lane);
                 wgmma_wait<0>();
                 reg_fence(dpt);
-#pragma unroll
-                for (int n = 0; n < kN; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int col = n * 8 + 2 * (lane & 3) + (e & 1);
-                        dpt[n][e] = st[n][e] * (dpt[n][e] - dsum[col]);  // dSᵀ
-                    }
+                ds_keys_as_rows(dpt, st, dsum, lane);  // dSᵀ
 
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {

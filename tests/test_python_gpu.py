@@ -667,6 +667,19 @@ def compile_cases():
     return passed, n
 
 
+def judge_scored(label, outs, grads, ref, refs, d_o):
+    """Each output in `outs` against ref, and grads (dq, dk, dv[, dsinks]) against ref's
+    autograd with respect to refs; prints the case's line, returns whether it passed."""
+    ref_grads = torch.autograd.grad(ref, refs, d_o.float())
+    errs = {name: rel(o, ref) for name, o in outs.items()}
+    errs.update({name: rel(g, r) for name, g, r in zip(("dq", "dk", "dv", "dsinks"), grads,
+                                                        ref_grads)})
+    ok = all(e < TOL for e in errs.values())
+    print(f"{'PASS' if ok else 'FAIL'} {label}  " +
+          "  ".join(f"{k} {e:.1e}" for k, e in errs.items()), flush=True)
+    return ok
+
+
 def scored_cases():
     """fa2.attention with softcap, ALiBi and sinks, differentiable (the sinks too),
     against reference_scored in float32 and its autograd; each variant alone and all
@@ -702,14 +715,8 @@ def scored_cases():
         refs = [t.detach().float().requires_grad_() for t in wrt]
         ref = reference_scored(refs[0], refs[1], refs[2], causal, softcap, slopes,
                                refs[3] if sinks else None)
-        ref_grads = torch.autograd.grad(ref, refs, d_o.float())
-        errs = {"o": rel(o, ref), "flash_attn_func o": rel(o2, ref)}
-        errs.update({name: rel(g, r) for name, g, r in zip(("dq", "dk", "dv", "dsinks"), grads,
-                                                            ref_grads)})
-        ok = all(e < TOL for e in errs.values())
-        passed += ok
-        print(f"{'PASS' if ok else 'FAIL'} {label}  " +
-              "  ".join(f"{k} {e:.1e}" for k, e in errs.items()), flush=True)
+        passed += judge_scored(label, {"o": o, "flash_attn_func o": o2}, grads, ref, refs,
+                               d_o)
     # A packed batch of two sequences with all three, differentiable, per sequence.
     n += 1
     lens_q, lens_k, hq, hkv, d = (70, 130), (90, 130), 4, 2, 64
@@ -741,15 +748,7 @@ def scored_cases():
         ks = refs[1][int(cu_k[s]):int(cu_k[s + 1])].unsqueeze(0)
         vs = refs[2][int(cu_k[s]):int(cu_k[s + 1])].unsqueeze(0)
         outs.append(reference_scored(qs, ks, vs, True, 5.0, slopes, refs[3])[0])
-    ref = torch.cat(outs)
-    ref_grads = torch.autograd.grad(ref, refs, d_o.float())
-    errs = {"o": rel(o, ref)}
-    errs.update({name: rel(g, r) for name, g, r in zip(("dq", "dk", "dv", "dsinks"), grads,
-                                                        ref_grads)})
-    ok = all(e < TOL for e in errs.values())
-    passed += ok
-    print(f"{'PASS' if ok else 'FAIL'} {label}  " +
-          "  ".join(f"{k} {e:.1e}" for k, e in errs.items()), flush=True)
+    passed += judge_scored(label, {"o": o}, grads, torch.cat(outs), refs, d_o)
     return passed, n
 
 

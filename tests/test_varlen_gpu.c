@@ -66,6 +66,19 @@ static uint64_t g_seed;
 static long g_only = -1;
 static fa2_device_info_t g_info;
 
+/* The score variants of a scored case: softcap 10, per-head ALiBi slopes in [0, 0.3)
+ * and sink logits in [-3, 6) drawn from `rng` (hq <= 16). */
+static oracle_score_t score_variants_case(oracle_rng_t *rng, int64_t hq, float slopes[16],
+                                          float sinks[16])
+{
+    assert_true(hq <= 16);
+    for (int64_t h = 0; h < hq; ++h) {
+        slopes[h] = oracle_rng_uniform(rng, 0.0f, 0.3f);
+        sinks[h] = oracle_rng_uniform(rng, -3.0f, 6.0f);
+    }
+    return (oracle_score_t){10.0, slopes, sinks};
+}
+
 static int64_t max_of(const int64_t *x, int n, int skip)
 {
     int64_t m = 0;
@@ -366,12 +379,7 @@ static int run_case(long index, const varlen_case_t *c)
     fill_rounded(kv, kb, nk, &rng, c->dtype);
     fill_rounded(vv, vb, nk, &rng, c->dtype);
     float slopes[16], sinks[16];
-    assert_true(hq <= 16);
-    for (int64_t h = 0; h < hq; ++h) {
-        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
-        sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
-    }
-    const oracle_score_t mod = {10.0, slopes, sinks};
+    const oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
 
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
          *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
@@ -943,12 +951,7 @@ static int run_paged_case(long index, const paged_case_t *c)
     fill_rounded(kv, kb, nk, &rng, c->dtype);
     fill_rounded(vv, vb, nk, &rng, c->dtype);
     float slopes[16], sinks[16];
-    assert_true(hq <= 16);
-    for (int64_t h = 0; h < hq; ++h) {
-        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
-        sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
-    }
-    const oracle_score_t mod = {10.0, slopes, sinks};
+    const oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
          *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
     float *dslopes = c->scored ? device_buffer(slopes, sizeof slopes) : NULL,

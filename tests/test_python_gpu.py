@@ -194,11 +194,22 @@ def forward_refusals():
         ("forward lse on the CPU", fa2.Fa2ShapeError, "lse is on cpu",
          dict(out=good_out, lse=filled(lse_shape, torch.float32, device="cpu")),
          [good_out]),
+        ("forward alibi_slopes float16", fa2.Fa2ShapeError,
+         "alibi_slopes: expected a contiguous float32",
+         dict(out=good_out, alibi_slopes=filled((h,), torch.float16)), None),
+        ("forward sinks of heads_q + 1", fa2.Fa2ShapeError, "sinks: expected",
+         dict(out=good_out, sinks=filled((h + 1,), torch.float32)), None),
+        ("forward sinks on the CPU", fa2.Fa2ShapeError, "sinks: expected",
+         dict(out=good_out, sinks=filled((h,), torch.float32, device="cpu")), [good_out]),
+        ("forward sinks not contiguous", fa2.Fa2ShapeError, "sinks: expected",
+         dict(out=good_out, sinks=filled((2 * h,), torch.float32)[::2]), None),
+        ("forward softcap -1", fa2.Fa2BadScale, "softcap=-1", dict(out=good_out, softcap=-1.0),
+         [good_out]),
     ]
     ok = 0
     for label, cls, fragment, kw, watched in cases:
         if watched is None:
-            watched = [t for t in kw.values() if t.is_cuda]
+            watched = [t for t in kw.values() if isinstance(t, torch.Tensor) and t.is_cuda]
         watched = watched + [good_out, good_lse]
         ok += refused(label, cls, fragment, lambda: fa2.forward(q, k, v, **kw), watched)
     # Accepted: out and lse given are the ones written and returned.
@@ -240,15 +251,21 @@ def backward_refusals():
         ("backward dv storage shrunk to 1 KiB", fa2.Fa2ShapeError, "which holds 1024",
          dict(dv=small)),
         ("backward dq = q", fa2.Fa2Overlap, "overlaps", dict(dq=q)),
+        ("backward sinks float16", fa2.Fa2ShapeError, "sinks: expected",
+         dict(sinks=filled((h,), torch.float16))),
+        ("backward alibi_slopes on the CPU", fa2.Fa2ShapeError, "alibi_slopes: expected",
+         dict(alibi_slopes=filled((h,), torch.float32, device="cpu"))),
     ]
     ok = 0
     for label, cls, fragment, change in cases:
-        args = dict(d_o=d_o, o=o, lse=lse, **grads)
+        args = dict(d_o=d_o, o=o, lse=lse, sinks=None, alibi_slopes=None, **grads)
         args.update(change)
         watched = [t for t in list(grads.values()) + list(change.values()) if t.is_cuda]
         ok += refused(label, cls, fragment,
                       lambda: fa2.backward(args["d_o"], q, k, v, args["o"], args["lse"],
-                                           dq=args["dq"], dk=args["dk"], dv=args["dv"]),
+                                           dq=args["dq"], dk=args["dk"], dv=args["dv"],
+                                           sinks=args["sinks"],
+                                           alibi_slopes=args["alibi_slopes"]),
                       watched + [q, k, v, o, lse])
     # Accepted: the given gradients are the ones written and returned.
     dq, dk, dv = fa2.backward(d_o, q, k, v, o, lse, **grads)

@@ -198,8 +198,8 @@ typedef struct fa2_problem_t {
      * to fill the device. */
     int32_t batch_invariant;
     int32_t reserved2;       /* zero */
-    /* Score variants (see below); 0 = off. This version runs them forward only: a plan
-     * with any of them has no backward (bwd_supported = 0, FA2_ERROR_UNSUPPORTED). */
+    /* Score variants (see below); 0 = off. Forward and backward on every path (a paged
+     * cache has no backward); their tensors go with fa2_forward_with / _backward_with. */
     float softcap;           /* 0, or in [FA2_MIN_SOFTCAP, FA2_MAX_SOFTCAP]: logit softcap */
     int32_t alibi;           /* 0 or 1: per-head ALiBi slopes, passed at each call */
     int32_t sinks;           /* 0 or 1: per-head attention-sink logits, passed at each call */

@@ -131,6 +131,20 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
         [&](int, int e) { return key_row + 8 * (e >> 1); });
 }
 
+// exp_scores_keys_as_rows_scored with softcap taken from v (block-uniform).
+template <int kN, typename PgStore>
+__device__ __forceinline__ void exp_scores_keys_as_rows_variants(
+    float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, int seqlen_q,
+    const KeyWindow &win, const float *lse, bool masked, int row0, int key_row, int lane)
+{
+    if (v.tanh_scale != 0.f)
+        exp_scores_keys_as_rows_scored<true>(acc, pg, v, seqlen_q, win, lse, masked, row0,
+                                             key_row, lane);
+    else
+        exp_scores_keys_as_rows_scored<false>(acc, pg, v, seqlen_q, win, lse, masked, row0,
+                                              key_row, lane);
+}
+
 // exp_scores_queries_as_rows with the score variants, and pg (seqlen_q: rows past it
 // are masked only where `masked`, as there).
 template <bool kSoftcap, int kN, typename PgStore>
@@ -142,6 +156,20 @@ __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
         acc, pg, v, win, 0x7fffffff, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
         [&](int, int e) { return row + 8 * (e >> 1); },
         [&](int n, int e) { return key0 + n * 8 + 2 * (lane & 3) + (e & 1); });
+}
+
+// exp_scores_queries_as_rows_scored with softcap taken from v (block-uniform).
+template <int kN, typename PgStore>
+__device__ __forceinline__ void exp_scores_queries_as_rows_variants(
+    float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, const KeyWindow &win,
+    const float (&lse_log2)[2], bool masked, int row, int key0, int lane)
+{
+    if (v.tanh_scale != 0.f)
+        exp_scores_queries_as_rows_scored<true>(acc, pg, v, win, lse_log2, masked, row, key0,
+                                                lane);
+    else
+        exp_scores_queries_as_rows_scored<false>(acc, pg, v, win, lse_log2, masked, row, key0,
+                                                 lane);
 }
 
 // dSᵀ = P ∘ (dPᵀ − D) in place on a keys-as-rows tile (columns are queries, D of this

@@ -93,8 +93,8 @@ typedef struct fa2_params_t {
     float *o_accum;
     float *lse_accum;
 
-    /* The score variants (include/fa2.h; the backward runs sinks only, so far):
-       softcap 0 = off; the per-head tensors NULL = off. */
+    /* The score variants (include/fa2.h): softcap 0 = off; the per-head tensors NULL =
+       off. */
     float softcap;
     const float *alibi_slopes; /* [heads_q] */
     const float *sinks;        /* [heads_q], natural log units */

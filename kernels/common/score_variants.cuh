@@ -30,6 +30,13 @@ inline bool forward_scored(const fa2_params_t &p)
     return p.softcap != 0.f || p.alibi_slopes || p.sinks;
 }
 
+// Whether a backward runs the kScored kernel instances: softcap or ALiBi is on (sinks
+// need nothing of them: kernels/common/bwd_dsink.cuh).
+inline bool backward_scored(const fa2_params_t &p)
+{
+    return p.softcap != 0.f || p.alibi_slopes;
+}
+
 // Score units' factor to log2 units for the problem's variants.
 __device__ __forceinline__ float score_units_log2(const fa2_params_t &p)
 {

@@ -122,12 +122,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
                 for (int m = 0; m < kM; ++m) {
                     float pg[kN][4];
                     const int key_row = key_first + warp * kM * 16 + m * 16 + (lane >> 2);
-                    if (v.tanh_scale != 0.f)
-                        exp_scores_keys_as_rows_scored<true>(pt[m], pg_to(pg), v, seq.seqlen_q, win,
-                                                             lse, masked, row0, key_row, lane);
-                    else
-                        exp_scores_keys_as_rows_scored<false>(pt[m], pg_to(pg), v, seq.seqlen_q, win,
-                                                              lse, masked, row0, key_row, lane);
+                    exp_scores_keys_as_rows_variants(pt[m], pg_to(pg), v, seq.seqlen_q, win, lse,
+                                                     masked, row0, key_row, lane);
                     ds_keys_as_rows(ds[m], pg, dsum, lane);
                 }
             } else {
@@ -271,15 +267,10 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
             for (int m = 0; m < kM; ++m) {
                 if constexpr (kScored) {
                     // dQ needs no P: pg (P times softcap's derivative) takes its place
-                    const int row = warp_row0 + m * 16 + (lane >> 2);
-                    if (variants.tanh_scale != 0.f)
-                        exp_scores_queries_as_rows_scored<true>(pr[m], pg_to(pr[m]), variants,
-                                                                win, lse_log2[m], masked, row,
-                                                                key0, lane);
-                    else
-                        exp_scores_queries_as_rows_scored<false>(pr[m], pg_to(pr[m]), variants,
-                                                                 win, lse_log2[m], masked, row,
-                                                                 key0, lane);
+                    exp_scores_queries_as_rows_variants(pr[m], pg_to(pr[m]), variants, win,
+                                                        lse_log2[m], masked,
+                                                        warp_row0 + m * 16 + (lane >> 2), key0,
+                                                        lane);
                 } else {
                     exp_scores_queries_as_rows(pr[m], p.scale_log2, win, lse_log2[m], masked,
                                                warp_row0 + m * 16 + (lane >> 2), key0, lane);

@@ -9,6 +9,7 @@
 #include "sm80/bwd_kernels.cuh"
 #include "bwd_run.h"
 #include "common/launch.cuh"
+#include "common/score_variants.cuh"
 
 namespace fa2 {
 
@@ -45,11 +46,10 @@ cudaError_t bwd_run_kernels(const fa2_params_t &p, cudaStream_t stream, bool &ou
     return launch(dq_kernel<Tr, kScored>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
 }
 
-// The kScored kernels when softcap or ALiBi is on (sinks need nothing of them).
 template <typename Elem, int kHeadDim, int kCompact>
 cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
-    return p.softcap != 0.f || p.alibi_slopes
+    return backward_scored(p)
                ? bwd_run_kernels<Elem, kHeadDim, kCompact, true>(p, stream, outputs_queued)
                : bwd_run_kernels<Elem, kHeadDim, kCompact, false>(p, stream, outputs_queued);
 }

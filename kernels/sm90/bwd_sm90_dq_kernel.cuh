@@ -138,13 +138,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
             } else {
                 // dQ needs no P: pg (P times softcap's derivative) takes its place, made
                 // while dP runs, as the plain kernel makes P
-                const int row = warp_row0 + (lane >> 2);
-                if (variants.tanh_scale != 0.f)
-                    exp_scores_queries_as_rows_scored<true>(s, pg_to(s), variants, win,
-                                                            lse_log2, masked, row, key0, lane);
-                else
-                    exp_scores_queries_as_rows_scored<false>(s, pg_to(s), variants, win,
-                                                             lse_log2, masked, row, key0, lane);
+                exp_scores_queries_as_rows_variants(s, pg_to(s), variants, win, lse_log2, masked,
+                                                    warp_row0 + (lane >> 2), key0, lane);
             }
 
             wgmma_wait<0>();

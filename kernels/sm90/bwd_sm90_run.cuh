@@ -11,6 +11,7 @@
 #include "bwd_run.h"
 #include "common/bwd_rows.cuh"
 #include "common/launch.cuh"
+#include "common/score_variants.cuh"
 #include "sm90/bwd_sm90_dq_kernel.cuh"
 #include "sm90/bwd_sm90_kernel.cuh"
 #include "sm90/bwd_sm90_split_kernel.cuh"
@@ -58,11 +59,10 @@ cudaError_t bwd_sm90_run_kernels(const fa2_params_t &p, cudaStream_t stream,
     return launch(dq_sm90_kernel<Dq, kScored>, dq_grid, Dq::kThreads, Dq::kSmemBytes, stream, p);
 }
 
-// The kScored kernels when softcap or ALiBi is on (sinks need nothing of them).
 template <typename Elem, int kHeadDim>
 cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
-    return p.softcap != 0.f || p.alibi_slopes
+    return backward_scored(p)
                ? bwd_sm90_run_kernels<Elem, kHeadDim, true>(p, stream, outputs_queued)
                : bwd_sm90_run_kernels<Elem, kHeadDim, false>(p, stream, outputs_queued);
 }

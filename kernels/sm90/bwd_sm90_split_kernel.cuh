@@ -139,12 +139,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                     const ScoreVariants v =
                         score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
                     float pg[kN][4];
-                    if (v.tanh_scale != 0.f)
-                        exp_scores_keys_as_rows_scored<true>(acc, pg_to(pg), v, b.seq.seqlen_q, win,
-                                                             lse, masked, row0, key_row, lane);
-                    else
-                        exp_scores_keys_as_rows_scored<false>(acc, pg_to(pg), v, b.seq.seqlen_q, win,
-                                                              lse, masked, row0, key_row, lane);
+                    exp_scores_keys_as_rows_variants(acc, pg_to(pg), v, b.seq.seqlen_q, win, lse,
+                                                     masked, row0, key_row, lane);
 #pragma unroll
                     for (int n = 0; n < kN; ++n)
                         xchg[n * 128] = make_float4(pg[n][0], pg[n][1], pg[n][2], pg[n][3]);

@@ -588,11 +588,13 @@ def _strides3(name, strides):
 
 def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strides=None,
                  k_strides=None, v_strides=None, o_strides=None, causal=False,
-                 window=(-1, -1), softmax_scale=None, deterministic=False, lib=None):
+                 window=(-1, -1), softmax_scale=None, deterministic=False, softcap=0.0,
+                 alibi=False, sinks=False, lib=None):
     """An fa2_problem_t from BSHD shapes [batch, seq, heads, head_dim] and strides in
     elements (4 values with the last = 1, or 3: batch, seq, head; None = contiguous
     BSHD). Shapes must agree (q with o, k with v, batch and head_dim everywhere), else
-    Fa2ShapeError; everything else is left to fa2_plan, which validates it."""
+    Fa2ShapeError; everything else is left to fa2_plan, which validates it. softcap,
+    alibi, sinks: the score variants (include/fa2.h)."""
     lib = lib or library()
     shapes = {"q": q_shape, "k": k_shape, "v": k_shape if v_shape is None else v_shape,
               "o": q_shape if o_shape is None else o_shape}
@@ -621,19 +623,29 @@ def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strid
     p.window_left, p.window_right = int(window[0]), int(window[1])
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     p.deterministic = int(bool(deterministic))
+    _set_score_variants(p, softcap, alibi, sinks)
     return p
+
+
+def _set_score_variants(p, softcap, alibi, sinks):
+    """The score variants' fields of a problem: softcap (0 = off), alibi and sinks
+    (whether their tensors come with the calls)."""
+    p.softcap = float(softcap)
+    p.alibi, p.sinks = int(bool(alibi)), int(bool(sinks))
 
 
 def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *, batch,
                         max_seqlen_q, max_seqlen_k, q_strides=None, k_strides=None,
                         v_strides=None, o_strides=None, causal=False, window=(-1, -1),
-                        softmax_scale=None, pages=None, lib=None):
+                        softmax_scale=None, pages=None, softcap=0.0, alibi=False, sinks=False,
+                        lib=None):
     """An fa2_problem_t for a packed variable-length batch (fa2_forward_varlen): Q and O
     [total_q, heads_q, head_dim], K and V [total_k, heads_kv, head_dim], strides (row,
     head) in elements (None = contiguous); at most `batch` sequences, the longest
     max_seqlen_q queries and max_seqlen_k keys. pages=(page_size, num_pages,
     pages_per_seq, k_page_stride, v_page_stride): K and V are a paged cache [num_pages,
-    page_size, heads_kv, head_dim] instead (total_k 0). fa2_plan validates it."""
+    page_size, heads_kv, head_dim] instead (total_k 0); softcap, alibi, sinks: the score
+    variants. fa2_plan validates it."""
     p = (lib or library()).problem_init(dtype, batch, max_seqlen_q, max_seqlen_k, heads_q,
                                          heads_kv, head_dim)
     p.total_q, p.total_k = int(total_q), int(total_k)
@@ -651,6 +663,7 @@ def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *,
     p.causal = int(bool(causal))
     p.window_left, p.window_right = int(window[0]), int(window[1])
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    _set_score_variants(p, softcap, alibi, sinks)
     return p
 
 
@@ -993,10 +1006,9 @@ def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=No
                                q_strides=q.stride(), k_strides=k_strides,
                                v_strides=v_strides, o_strides=o_strides, causal=causal,
                                window=window, softmax_scale=softmax_scale,
-                               deterministic=deterministic, lib=lib)
+                               deterministic=deterministic, softcap=softcap, alibi=alibi,
+                               sinks=sinks, lib=lib)
         problem.max_splits = int(max_splits)
-        problem.softcap = float(softcap)
-        problem.alibi, problem.sinks = int(bool(alibi)), int(bool(sinks))
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:
@@ -1333,10 +1345,9 @@ def _varlen_plan(q3, k3, v3, batch, max_seqlen_q, max_seqlen_k, causal, window,
             batch=batch, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
             q_strides=q3.stride()[:2], k_strides=k3.stride()[:2], v_strides=v3.stride()[:2],
             o_strides=(q3.shape[1] * q3.shape[2], q3.shape[2]), causal=causal,
-            window=window, softmax_scale=softmax_scale, lib=lib)
+            window=window, softmax_scale=softmax_scale, softcap=softcap, alibi=alibi,
+            sinks=sinks, lib=lib)
         problem.deterministic = int(bool(deterministic))
-        problem.softcap = float(softcap)
-        problem.alibi, problem.sinks = int(bool(alibi)), int(bool(sinks))
         p = lib.plan(problem, q3.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:
@@ -1508,10 +1519,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
             k_strides=k_cache.stride()[1:3], v_strides=v_cache.stride()[1:3],
             pages=(page_size, num_pages, pages_per_seq, k_cache.stride(0),
                    v_cache.stride(0)),
-            causal=causal, window=window_size, softmax_scale=softmax_scale, lib=lib)
+            causal=causal, window=window_size, softmax_scale=softmax_scale, softcap=softcap,
+            alibi=alibi_slopes is not None, sinks=sinks is not None, lib=lib)
         problem.max_splits = max_splits  # the decode kernel may split the keys
-        problem.softcap = float(softcap)
-        problem.alibi, problem.sinks = int(alibi_slopes is not None), int(sinks is not None)
         p = lib.plan(problem, q.device.index)
         with _lock:
             if len(_plan_cache) >= _PLAN_CACHE_MAX:

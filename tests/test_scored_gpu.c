@@ -201,12 +201,13 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
     p.causal = causal;
     p.deterministic = det;
     p.softcap = var.softcap;
+    p.softmax_scale = var.softmax_scale;
     p.alibi = var.alibi;
     p.sinks = var.sinks;
     printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
-           " d=%" PRId64 " causal=%d det=%d softcap=%g alibi=%d sinks=%d backward", index,
-           dt == BF16 ? "bf16" : "fp16", b, sq, sk, hq, hkv, d, causal, det,
-           (double)var.softcap, var.alibi, var.sinks);
+           " d=%" PRId64 " causal=%d det=%d softcap=%g scale=%g alibi=%d sinks=%d backward",
+           index, dt == BF16 ? "bf16" : "fp16", b, sq, sk, hq, hkv, d, causal, det,
+           (double)var.softcap, (double)var.softmax_scale, var.alibi, var.sinks);
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, info, &plan);
     if (st != FA2_SUCCESS || !plan.bwd_supported) {
@@ -378,17 +379,21 @@ static void test_scored_backward(void **state)
 }
 
 /* The backward at softcap's accepted ends (FA2_MAX_SOFTCAP: tanh's derivative 1 to fp32
- * rounding; 1e-30: 0 but where a score is 0), with ALiBi and sinks, both families. */
+ * rounding; 1e-30: 0 but where a score is 0), with ALiBi and sinks, both families; each
+ * with the default softmax scale and with FA2_MAX_SOFTMAX_SCALE, as the forward's. */
 static void test_scored_backward_limits(void **state)
 {
     (void)state;
     static const float caps[] = {FA2_MAX_SOFTCAP, FA2_MIN_SOFTCAP};
+    static const float scales[] = {0.0f, FA2_MAX_SOFTMAX_SCALE};
     long index = 700, failed = 0;
-    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
-        for (int64_t d = 96; d <= 128; d += 32, ++index)
-            if (g_only < 0 || g_only == index)
-                failed += !run_scored_backward(index, BF16, 1, 257, 300, 4, 2, d, 1, 0,
-                                               (variants_t){caps[ci], 1, 1, 0.0f}, &g_info);
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; ++si)
+        for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
+            for (int64_t d = 96; d <= 128; d += 32, ++index)
+                if (g_only < 0 || g_only == index)
+                    failed += !run_scored_backward(index, BF16, 1, 257, 300, 4, 2, d, 1, 0,
+                                                   (variants_t){caps[ci], 1, 1, scales[si]},
+                                                   &g_info);
     assert_int_equal(failed, 0);
 }
 

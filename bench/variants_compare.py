@@ -25,11 +25,10 @@ VARIANTS = (("softcap", dict(softcap=30.0)), ("alibi", dict(alibi=1)),
             ("sinks", dict(sinks=1)), ("all three", dict(softcap=30.0, alibi=1, sinks=1)))
 
 
-def plan_with(lib, q, k, causal, **fields):
-    problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=causal, lib=lib)
+def plan_with(lib, q, k, causal, **variants):
+    problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=causal, lib=lib,
+                                  **variants)
     problem.max_splits = fa2lib.MAX_SPLITS
-    for name, value in fields.items():
-        setattr(problem, name, value)
     return lib.plan(problem, q.device.index)
 
 

@@ -142,12 +142,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
             load_v(v_smem, key_first);
             cp_async_commit();
-            const bool prefetch = n_block > n_block_min;
-            if (prefetch) {
-                load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN);
-                cp_async_commit();
-                advance_pages(key_first - Tr::kBlockN);
-            }
 
             float s[1][Tr::kNTiles][4];
             // Step-0 descriptors, built here each pass (opaque: not hoisted and held
@@ -161,6 +155,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
                 wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
                                      k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
             wgmma_commit();
+            // The next K tile is copied while the tensor cores compute S (into the buffer
+            // S does not read).
+            const bool prefetch = n_block > n_block_min;
+            if (prefetch) {
+                load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN);
+                cp_async_commit();
+                advance_pages(key_first - Tr::kBlockN);
+            }
             wgmma_wait<0>();
             reg_fence(s[0]);
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/fast_div.h"
+#include "common/paged_row_space.h"
 #include "common/params.h"
 #include "internal.h"
 
@@ -56,6 +57,11 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->total_k = (int32_t)pr->total_k;
     p->page_size = (int32_t)pr->page_size;
     p->page_div_magic = pr->page_size ? fa2_fast_div_magic((uint32_t)pr->page_size) : 0;
+    p->page_rows = pr->page_size ? fa2_paged_rows_per_page(pr->page_size, pr->num_pages,
+                                                           pr->k_batch_stride, pr->k_seq_stride,
+                                                           pr->v_batch_stride, pr->v_seq_stride,
+                                                           2 /* bytes: fp16, bf16 */)
+                                 : 0;
     p->pages_per_seq = (int32_t)pr->pages_per_seq;
     p->num_pages = (int32_t)pr->num_pages;
     p->batch = (int32_t)pr->batch;

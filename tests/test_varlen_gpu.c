@@ -862,6 +862,8 @@ typedef struct paged_case_t {
     int shared_pages; /* sequence 1's first pages are sequence 0's (a shared prefix) */
     int consumer;     /* plan for a 99 KiB sm_89 device */
     int scored;       /* the score variants on: softcap 10, ALiBi, sinks */
+    int64_t page_pad; /* elements after each page: a page stride of no whole number of rows
+                         (the kernels' 64-bit row offsets, not the row space) */
 } paged_case_t;
 
 /* A paged cache of shuffled pages (a few never used, page-table entries past a
@@ -915,7 +917,8 @@ static int run_paged_case(long index, const paged_case_t *c)
     p.num_pages = num_pages;
     p.pages_per_seq = pages_per_seq;
     p.q_batch_stride = p.o_batch_stride = 0;
-    p.k_batch_stride = p.v_batch_stride = ps * hkv * d; /* page strides */
+    const int64_t page_stride = ps * hkv * d + c->page_pad;
+    p.k_batch_stride = p.v_batch_stride = page_stride;
     p.causal = c->causal;
     p.window_left = c->window_left;
     p.window_right = c->window_right;
@@ -923,9 +926,9 @@ static int run_paged_case(long index, const paged_case_t *c)
         p.softcap = 10.0f, p.alibi = 1, p.sinks = 1;
     const fa2_device_info_t device = c->consumer ? consumer_device_info(&g_info) : g_info;
     printf("case %ld: paged %s %s %d seqs page=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
-           " d=%" PRId64 "%s%s", index, c->name, c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16",
-           n, ps, hq, hkv, d, c->consumer ? " (planned for 99 KiB)" : "",
-           c->scored ? " softcap=10 alibi sinks" : "");
+           " d=%" PRId64 " page stride=%" PRId64 "%s%s", index, c->name,
+           c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", n, ps, hq, hkv, d, page_stride,
+           c->consumer ? " (planned for 99 KiB)" : "", c->scored ? " softcap=10 alibi sinks" : "");
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, &device, &plan);
     if (st != FA2_SUCCESS) {
@@ -935,7 +938,7 @@ static int run_paged_case(long index, const paged_case_t *c)
     }
     printf(" [sm%d %dx%d]", (int)plan.fwd_arch, (int)plan.block_m, (int)plan.block_n);
 
-    const int64_t nq = total_q * hq * d, nk = num_pages * ps * hkv * d, n_lse = hq * total_q;
+    const int64_t nq = total_q * hq * d, nk = num_pages * page_stride, n_lse = hq * total_q;
     float *qv = malloc(sizeof(float) * (size_t)nq), *kv = malloc(sizeof(float) * (size_t)nk),
           *vv = malloc(sizeof(float) * (size_t)nk), *lse = malloc(sizeof(float) * (size_t)n_lse),
           *kseq = malloc(sizeof(float) * (size_t)((max_k + 1) * hkv * d)),
@@ -971,7 +974,7 @@ static int run_paged_case(long index, const paged_case_t *c)
             continue;
         for (int64_t j = 0; j < lk; ++j) { /* the sequence's keys, gathered from its pages */
             const int64_t page = table[b * pages_per_seq + j / ps];
-            const int64_t at = (page * ps + j % ps) * hkv * d;
+            const int64_t at = page * page_stride + j % ps * hkv * d;
             memcpy(kseq + j * hkv * d, kv + at, sizeof(float) * (size_t)(hkv * d));
             memcpy(vseq + j * hkv * d, vv + at, sizeof(float) * (size_t)(hkv * d));
         }
@@ -1041,6 +1044,10 @@ static const paged_case_t paged_cases[] = {
      {129, 260, 33}, 17, 1, 0, 1},
     {"variants, d 96, 99 KiB", BF16, 4, 4, 96, 1, -1, -1, 2, {64, 200}, {500, 200}, 64, 0,
      1, 1},
+    {"padded pages", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 17, 130}, {300, 700, 17, 900},
+     16, 1, 0, 0, 8},
+    {"padded pages, 99 KiB", FP16, 4, 2, 64, 0, 30, 0, 3, {200, 1, 64}, {200, 333, 64}, 32, 0,
+     1, 0, 40},
 };
 
 static void test_paged_matches_oracle(void **state)

@@ -5,7 +5,9 @@
 //     shuffle (a warp copies at most 32 distinct rows of a tile);
 //   - the page id is read from the page table one tile ahead (fetch_tile_page), so no
 //     copy waits for it;
-//   - key / page_size is a multiply and a shift (common/fast_div.h).
+//   - key / page_size is a multiply and a shift (common/fast_div.h);
+//   - where the cache is one row space (common/paged_row_space.h, the usual layouts), the
+//     lookup is a 32-bit row index, one shuffle and one wide multiply-add per copy.
 // Rows past the sequence's keys and rows whose page id is out of [0, num_pages) are
 // zero-filled. Used by both kernel families, which differ only in the shared-memory
 // layout (a DstOffset functor: (row, chunk) -> byte offset).
@@ -29,6 +31,8 @@ struct PagedRows {
     int page_size, num_pages;
     uint32_t div_magic;     // key / page_size as a multiply (common/fast_div.h)
     int div_shift;
+    int page_rows;          // > 0: one row space of page_rows rows per page
+    uint32_t row_bytes;     // the row stride in bytes (with page_rows)
 
     __device__ __forceinline__ int page_index(int key) const
     {
@@ -48,6 +52,14 @@ struct PagedRows {
         const int in_page = key - page_index(key) * page_size;
         return page >= 0 ? page * page_stride + in_page * row_stride : int64_t{-1};
     }
+
+    // With page_rows: key `key`'s row index in the row space, given its page id; -1 for
+    // page -1.
+    __device__ __forceinline__ int row_index(int page, int key) const
+    {
+        const int in_page = key - page_index(key) * page_size;
+        return page >= 0 ? page * page_rows + in_page : -1;
+    }
 };
 
 // The rows of K (kV = false) or V for one (sequence, kv head) of a paged cache.
@@ -60,7 +72,8 @@ __device__ __forceinline__ PagedRows<Elem> paged_rows(const fa2_params_t &p, con
             p.page_table + static_cast<int64_t>(s.batch) * p.pages_per_seq,
             kV ? p.v_batch_stride : p.k_batch_stride, kV ? p.v_seq_stride : p.k_seq_stride,
             p.page_size, p.num_pages, p.page_div_magic,
-            fa2_fast_div_shift(static_cast<uint32_t>(p.page_size))};
+            fa2_fast_div_shift(static_cast<uint32_t>(p.page_size)), p.page_rows,
+            static_cast<uint32_t>((kV ? p.v_seq_stride : p.k_seq_stride) * sizeof(Elem))};
 }
 
 // Who copies what in a kRows x kChunks tile (16-byte chunks) with kThreads threads:
@@ -107,11 +120,27 @@ __device__ __forceinline__ void load_paged_tile(uint32_t smem, const PagedRows<E
 {
     constexpr int kChunksPerRow = Shape::kLaneChunks;  // threads per row
     const int lane = tid % 32;
-    const int64_t lane_offset =
-        rows.offset(lane_page, key_first + Shape::lane_row(tid / 32, lane));
+    const int lane_key = key_first + Shape::lane_row(tid / 32, lane);
     const int row0 = tid / kChunksPerRow;
     const int chunk = tid % kChunksPerRow;
     const bool col_valid = chunk * 8 < cols_valid;
+    if (rows.page_rows > 0) {
+        const int lane_index = rows.row_index(lane_page, lane_key);
+        // Rows that are not copied read row 0 of page 0 (in range; nothing is read).
+        const char *base = reinterpret_cast<const char *>(rows.head + (col_valid ? chunk * 8 : 0));
+#pragma unroll
+        for (int pass = 0; pass < Shape::kPasses; ++pass) {
+            const int index = __shfl_sync(0xffffffffu, lane_index,
+                                          pass * Shape::kWarpRowsPerPass + lane / kChunksPerRow);
+            const bool valid = col_valid && index >= 0;
+            const uint32_t row = valid ? static_cast<uint32_t>(index) : 0u;
+            if (kChunksPerRow == Shape::kTileChunks || chunk < Shape::kTileChunks)
+                cp_async_16(smem + dst_offset(row0 + pass * Shape::kRowStep, chunk),
+                            base + static_cast<uint64_t>(row) * rows.row_bytes, valid);
+        }
+        return;
+    }
+    const int64_t lane_offset = rows.offset(lane_page, lane_key);
 #pragma unroll
     for (int pass = 0; pass < Shape::kPasses; ++pass) {
         const int64_t offset = __shfl_sync(

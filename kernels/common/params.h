@@ -45,6 +45,7 @@ typedef struct fa2_params_t {
     int32_t pages_per_seq;
     int32_t num_pages;
     uint32_t page_div_magic; /* fa2_fast_div_magic(page_size) */
+    int32_t page_rows;       /* fa2_paged_rows_per_page (common/paged_row_space.h); 0: none */
 
     int32_t batch;
     int32_t heads_q;

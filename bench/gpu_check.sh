@@ -129,7 +129,7 @@ fi
 
 if [ "${FA2_VARLEN:-0}" = 1 ]; then
     : >"$OUT/varlen.log"
-    # shellcheck disable=SC2046  # with FA2_BASELINE: decode rows A/B against it
+    # shellcheck disable=SC2046  # with FA2_BASELINE: every row A/B against it
     run_step varlen "$OUT/varlen.log" python3 bench/varlen_compare.py --lib "$BUILD/libfa2.so" \
         --csv "$OUT/varlen.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
 fi

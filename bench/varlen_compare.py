@@ -7,6 +7,8 @@
             (torch.ops.aten._flash_attention_forward with cum_seq_q / cum_seq_k);
   equal     the same number of sequences, all of one length: varlen against libfa2's
             dense kernel on the same work;
+            (both timed in alternating rounds; with --base-lib, the base build's
+            varlen call too);
   paged     a batch over a paged cache (page sizes 16 and 64; pages shuffled, and in
             order) against the same batch with contiguous packed K/V, timed in
             alternating rounds (with --base-lib, the base build's paged calls too);
@@ -31,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdpa_compare import alternate, fa2lib, ratio, time_ms, write_csv  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
-ROUNDS = 7  # alternating rounds of the paged-over-contiguous comparison
+ROUNDS = 7  # alternating rounds of each comparison
 
 
 def causal_flops(lens):
@@ -113,13 +115,33 @@ def torch_varlen(q, k, v, cu, max_len):
                                                    False)
 
 
-def row(name, fl, times):
-    tf = {k: fl / (ms * 1e-3) / 1e12 for k, ms in times.items()}
-    base = [k for k in times if k != "fa2"][0]
-    print(f"{name:44} " + "  ".join(f"{k} {v:7.1f}" for k, v in tf.items()) +
-          f"   fa2/{base} {tf['fa2'] / tf[base]:5.3f}", flush=True)
-    return dict(case=name, **{f"{k}_tflops": v for k, v in tf.items()},
-                ratio=tf["fa2"] / tf[base])
+def compare(name, fl, calls):
+    """Times `calls` ({name: fn}, "fa2" first, then the reference, then optionally
+    "base") in ROUNDS alternating rounds; prints TFLOP/s of the medians, fa2 over the
+    reference (ratio of medians, range of the per-round ratios) and over base."""
+    times = dict(zip(calls, alternate(list(calls.values()), [()], ROUNDS, 20)))
+    tf = {k: fl / (statistics.median(t) * 1e-3) / 1e12 for k, t in times.items()}
+    ref = list(calls)[1]
+    speed, lo, hi = ratio(times[ref], times["fa2"])
+    text = (f"{name:44} " + "  ".join(f"{k} {v:7.1f}" for k, v in tf.items()) +
+            f"   fa2/{ref} {speed:5.3f} (rounds {lo:.3f}..{hi:.3f})")
+    if "base" in times:
+        text += f"   fa2/base {ratio(times['base'], times['fa2'])[0]:5.3f}"
+    print(text, flush=True)
+    return dict(case=name, **{f"{k}_tflops": v for k, v in tf.items()}, ratio=speed)
+
+
+def varlen_calls(lib, base, q, k, v, o, cu, lens, reference):
+    """compare()'s calls: this library's varlen call as "fa2", the reference (name, fn),
+    the base build's varlen call as "base" when given."""
+    calls = {}
+    for name, library in (("fa2", lib), ("base", base)):
+        if library is not None:
+            call = Varlen(library, q, k, lens)
+            calls[name] = lambda call=call: call(q, k, v, o, cu, cu)
+        if name == "fa2":
+            calls[reference[0]] = reference[1]
+    return calls
 
 
 def main():
@@ -127,8 +149,8 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
     ap.add_argument("--csv")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on the paged "
-                    "and decode rows (same binding: the structs must match)")
+    ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on every row "
+                    "(same binding: the structs must match)")
     args = ap.parse_args()
     lib = fa2lib.load_library(args.lib)
     base = fa2lib.load_library(args.base_lib) if args.base_lib else None
@@ -142,27 +164,26 @@ def main():
         lens = [rng.randint(128, 8192) for _ in range(n)]
         cu, q, k, v = packed_inputs(lens, dt)
         o = torch.empty_like(q)
-        fa2 = Varlen(lib, q, k, lens)
-        times = {"fa2": time_ms(lambda: fa2(q, k, v, o, cu, cu), [()])}
         try:
-            times["torch"] = time_ms(lambda: torch_varlen(q, k, v, cu, max(lens)), [()])
+            torch_varlen(q, k, v, cu, max(lens))
         except (RuntimeError, TypeError) as e:
             print(f"  torch varlen unavailable: {e}")
-            times["torch"] = float("nan")
-        rows.append(row(f"varlen {n} seqs, lengths 128..8k", causal_flops(lens), times))
+            continue
+        calls = varlen_calls(lib, base, q, k, v, o, cu, lens,
+                             ("torch", lambda: torch_varlen(q, k, v, cu, max(lens))))
+        rows.append(compare(f"varlen {n} seqs, lengths 128..8k", causal_flops(lens), calls))
 
     for n, s in ((8, 2048), (16, 4096), (4, 8192)):  # varlen against dense, equal lengths
         lens = [s] * n
         cu, q, k, v = packed_inputs(lens, dt)
         o = torch.empty_like(q)
-        fa2 = Varlen(lib, q, k, lens)
         q4, k4, v4, o4 = (t.view(n, s, *t.shape[1:]) for t in (q, k, v, o))
         problem = fa2lib.make_problem(dt, q4.shape, k4.shape, causal=True, lib=lib)
         dense = lib.plan(problem, torch.cuda.current_device())
         stream = torch.cuda.current_stream().cuda_stream
-        times = {"fa2": time_ms(lambda: fa2(q, k, v, o, cu, cu), [()]),
-                 "dense": time_ms(lambda: dense.forward(q4, k4, v4, o4, stream=stream), [()])}
-        rows.append(row(f"equal {n} x {s}: varlen over dense", causal_flops(lens), times))
+        calls = varlen_calls(lib, base, q, k, v, o, cu, lens,
+                             ("dense", lambda: dense.forward(q4, k4, v4, o4, stream=stream)))
+        rows.append(compare(f"equal {n} x {s}: varlen over dense", causal_flops(lens), calls))
 
     # paged against contiguous packed K/V, one batch per page size: pages shuffled over
     # the whole cache (a long-running engine's worst case), then each sequence's pages in

@@ -14,7 +14,9 @@
  * device (the mma.sync kernels instead of the Hopper ones on the H200), and the score
  * variants (against oracle_forward_scored). Then the backward of each case in both modes
  * (check_backward). Then paged K/V caches (run_paged_case): page sizes 1, 16, 17, 32, 64
- * and 256, shuffled and shared pages, the score variants. Then the accepted limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows;
+ * and 256, shuffled and shared pages, padded pages, the score variants; a paged cache at
+ * the edge of the kernels' 32-bit row indices (run_paged_row_limit). Then the accepted
+ * limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows;
  * hostile metadata (run_hostile): each check failed once, recorded for the right
  * sequence, whose rows stay untouched while the intact ones match a clean run bit for
  * bit. Every call's metadata records are checked (records_ok).
@@ -1030,20 +1032,20 @@ cleanup:
  * scored */
 static const paged_case_t paged_cases[] = {
     {"mixed lengths, shared prefix", BF16, 4, 2, 128, 1, -1, -1, 6,
-     {300, 17, 0, 1, 5, 64}, {300, 17, 0, 1, 200, 640}, 16, 2, 0, 0},
-    {"window", FP16, 2, 2, 64, 0, 40, 8, 3, {100, 1, 64}, {37, 500, 64}, 64, 0, 0, 0},
-    {"MQA d 256", BF16, 8, 1, 256, 1, -1, -1, 3, {129, 2, 1}, {129, 700, 300}, 256, 1, 0, 0},
+     {300, 17, 0, 1, 5, 64}, {300, 17, 0, 1, 200, 640}, 16, 2, 0, 0, 0},
+    {"window", FP16, 2, 2, 64, 0, 40, 8, 3, {100, 1, 64}, {37, 500, 64}, 64, 0, 0, 0, 0},
+    {"MQA d 256", BF16, 8, 1, 256, 1, -1, -1, 3, {129, 2, 1}, {129, 700, 300}, 256, 1, 0, 0, 0},
     {"odd page", BF16, 4, 2, 128, 1, -1, -1, 4, {1, 33, 2, 100}, {250, 33, 90, 100}, 17, 1, 1,
-     0},
+     0, 0},
     {"decode rows, d 96", FP16, 3, 3, 96, 1, -1, -1, 5, {1, 1, 1, 4, 1},
-     {1000, 31, 1, 64, 2048}, 32, 0, 0, 0},
-    {"page of one key", BF16, 2, 1, 64, 0, -1, -1, 2, {7, 1}, {40, 3}, 1, 1, 0, 0},
+     {1000, 31, 1, 64, 2048}, 32, 0, 0, 0, 0},
+    {"page of one key", BF16, 2, 1, 64, 0, -1, -1, 2, {7, 1}, {40, 3}, 1, 1, 0, 0, 0},
     {"variants, mixed lengths", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 0, 1, 77},
-     {300, 40, 900, 200}, 16, 0, 0, 1},
+     {300, 40, 900, 200}, 16, 0, 0, 1, 0},
     {"variants, window, odd page", FP16, 4, 2, 64, 0, 50, 10, 3, {129, 5, 1},
-     {129, 260, 33}, 17, 1, 0, 1},
+     {129, 260, 33}, 17, 1, 0, 1, 0},
     {"variants, d 96, 99 KiB", BF16, 4, 4, 96, 1, -1, -1, 2, {64, 200}, {500, 200}, 64, 0,
-     1, 1},
+     1, 1, 0},
     {"padded pages", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 17, 130}, {300, 700, 17, 900},
      16, 1, 0, 0, 8},
     {"padded pages, 99 KiB", FP16, 4, 2, 64, 0, 30, 0, 3, {200, 1, 64}, {200, 333, 64}, 32, 0,
@@ -1058,6 +1060,150 @@ static void test_paged_matches_oracle(void **state)
         if (g_only < 0 || g_only == 100 + (long)i)
             failed += !run_paged_case(100 + (long)i, &paged_cases[i]), ++run;
     printf("%ld of %ld paged cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* A paged cache at the edge of the kernels' 32-bit row indices (common/paged_row_space.h):
+ * rows of 16 bytes (row stride 8 elements: d = 64 rows overlap, which inputs may), page
+ * 16, page stride 128 elements. num_pages = 2^27 puts the last row at index 2^31 - 1 (the
+ * row-index path); one page more takes the 64-bit path. K and V are one 32 GiB buffer,
+ * NaN except the rows of the pages the sequences use: page 0 and the last three, the
+ * last one shared. Each sequence against the oracle on its gathered keys, causal; O's
+ * spare rows stay poisoned. 1: passed, 0: failed, 2: skipped (device memory). */
+static int run_paged_row_limit(long index, const char *name, int64_t num_pages, int consumer)
+{
+    enum { N = 2, PAGES_PER_SEQ = 3 };
+    const int64_t d = 64, ps = 16, row_stride = 8, page_stride = ps * row_stride;
+    const int64_t len_q[N] = {7, 3}, len_k[N] = {40, 17}, total_q = 10 + SPARE_ROWS;
+    const int32_t last = (int32_t)(num_pages - 1);
+    const int32_t table[N * PAGES_PER_SEQ] = {last, last - 2, last - 1, 0, last, -1};
+    const int32_t cu_q[N + 1] = {0, 7, 10}, used[N] = {40, 17};
+    /* the cache's elements, and the two regions the used pages' rows reach */
+    const int64_t n_cache = (num_pages - 1) * page_stride + (ps - 1) * row_stride + d;
+    const int64_t page_span = (ps - 1) * row_stride + d;
+    const int64_t region0[2] = {0, page_span}, region1[2] = {(last - 2) * page_stride, n_cache};
+    printf("case %ld: paged row limit, %s: num_pages=%" PRId64 " (last row index %" PRId64
+           ")%s",
+           index, name, num_pages, num_pages * ps - 1, consumer ? " (planned for 99 KiB)" : "");
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, N, 7, 40, 1, 1, d);
+    p.total_q = total_q;
+    p.page_size = ps;
+    p.num_pages = num_pages;
+    p.pages_per_seq = PAGES_PER_SEQ;
+    p.q_batch_stride = p.o_batch_stride = 0;
+    p.k_batch_stride = p.v_batch_stride = page_stride;
+    p.k_seq_stride = p.v_seq_stride = row_stride;
+    p.causal = 1;
+    const fa2_device_info_t device = consumer ? consumer_device_info(&g_info) : g_info;
+    fa2_plan_t plan;
+    fa2_status_t st = fa2_plan(&p, &device, &plan);
+    if (st != FA2_SUCCESS) {
+        printf(" : fa2_plan: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
+        return 0;
+    }
+    printf(" [sm%d %dx%d]", (int)plan.fwd_arch, (int)plan.block_m, (int)plan.block_n);
+    const size_t cache_bytes = 2 * (size_t)n_cache;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess ||
+        (double)free_b < (double)cache_bytes + (double)(1ull << 30)) {
+        printf(" : SKIP (needs %.1f GiB + 1 GiB, %.1f GiB free)\n",
+               (double)cache_bytes / (1ull << 30), (double)free_b / (1ull << 30));
+        return 2;
+    }
+    oracle_rng_t rng = case_rng(g_seed, index);
+    const int64_t n0 = region0[1] - region0[0], n1 = region1[1] - region1[0];
+    const int64_t nq = total_q * d;
+    float *r0 = malloc(sizeof(float) * (size_t)n0), *r1 = malloc(sizeof(float) * (size_t)n1),
+          *qv = malloc(sizeof(float) * (size_t)nq), *lse = malloc(sizeof(float) * (size_t)total_q),
+          *kseq = malloc(sizeof(float) * (size_t)(40 * d));
+    uint16_t *b0 = malloc(2 * (size_t)n0), *b1 = malloc(2 * (size_t)n1),
+             *qb = malloc(2 * (size_t)nq), *ob = malloc(2 * (size_t)nq);
+    double *want = calloc((size_t)nq, sizeof(double)), *ref = calloc((size_t)nq, sizeof(double)),
+           *got = calloc((size_t)nq, sizeof(double)), *want_lse = malloc(sizeof(double) * 8);
+    assert_true(r0 && r1 && qv && lse && kseq && b0 && b1 && qb && ob && want && ref && got &&
+                want_lse);
+    fill_rounded(r0, b0, n0, &rng, FA2_DTYPE_BF16);
+    fill_rounded(r1, b1, n1, &rng, FA2_DTYPE_BF16);
+    fill_rounded(qv, qb, nq, &rng, FA2_DTYPE_BF16);
+    uint16_t *dkv = device_buffer(NULL, cache_bytes); /* NaN: any other row read shows */
+    assert_int_equal(cudaMemcpy(dkv + region0[0], b0, 2 * (size_t)n0, cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(dkv + region1[0], b1, 2 * (size_t)n1, cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    void *dq = device_buffer(qb, 2 * (size_t)nq), *d_o = device_buffer(NULL, 2 * (size_t)nq);
+    float *dlse = device_buffer(NULL, sizeof(float) * (size_t)total_q);
+    int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dused = device_buffer(used, sizeof used),
+            *dtable = device_buffer(table, sizeof table);
+    void *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
+    int pass = 0;
+    if (!forward_and_download(&plan, dq, dkv, dkv, d_o, dlse, dcu_q, NULL, dused, dtable, ws,
+                              NULL, NULL, ob, lse, nq, total_q))
+        goto cleanup;
+    int64_t nonfinite = 0, poison_lost = 0, lse_bad = 0;
+    for (int b = 0; b < N; ++b) {
+        for (int64_t j = 0; j < len_k[b]; ++j) { /* the keys, gathered from the regions */
+            const int64_t at =
+                table[b * PAGES_PER_SEQ + j / ps] * page_stride + j % ps * row_stride;
+            const float *src = at < region0[1] ? r0 + (at - region0[0]) : r1 + (at - region1[0]);
+            memcpy(kseq + j * d, src, sizeof(float) * (size_t)d);
+        }
+        fa2_problem_t one;
+        fa2_problem_init(&one, FA2_DTYPE_BF16, 1, len_q[b], len_k[b], 1, 1, d);
+        one.causal = 1;
+        const int64_t q0 = cu_q[b];
+        assert_int_equal(
+            oracle_forward_scored(&one, NULL, qv + q0 * d, kseq, kseq, want + q0 * d, want_lse),
+            0);
+        assert_int_equal(
+            oracle_forward_scored_rounded(&one, NULL, qv + q0 * d, kseq, kseq, ref + q0 * d), 0);
+        for (int64_t i = 0; i < len_q[b]; ++i) {
+            const double e = fabs(lse[q0 + i] - want_lse[i]) / fmax(1.0, fabs(want_lse[i]));
+            lse_bad += !(e <= LSE_TOL);
+            for (int64_t x = 0; x < d; ++x) {
+                got[(q0 + i) * d + x] = oracle_float_from_bits(ob[(q0 + i) * d + x],
+                                                               FA2_DTYPE_BF16);
+                nonfinite += !isfinite(got[(q0 + i) * d + x]);
+            }
+        }
+    }
+    for (int64_t x = cu_q[N] * d; x < nq; ++x)
+        poison_lost += ob[x] != 0xFFFFu;
+    const double err = oracle_rel_l2(got, want, (size_t)(cu_q[N] * d));
+    const double ref_err = oracle_rel_l2(ref, want, (size_t)(cu_q[N] * d));
+    const double bound = fmax(2.0 * ref_err, FLOOR_BF16);
+    const int records = records_ok(&plan, ws, -1, FA2_VARLEN_OK);
+    pass = err <= bound && nonfinite == 0 && poison_lost == 0 && lse_bad == 0 && records;
+    printf(" : err=%.3e ref=%.3e bound=%.3e nonfinite=%" PRId64 " written_outside=%" PRId64
+           " lse_bad=%" PRId64 " %s\n",
+           err, ref_err, bound, nonfinite, poison_lost, lse_bad, pass ? "PASS" : "FAIL");
+
+cleanup:
+    fflush(stdout);
+    cudaFree(dq), cudaFree(dkv), cudaFree(d_o), cudaFree(dlse), cudaFree(ws);
+    cudaFree(dcu_q), cudaFree(dused), cudaFree(dtable);
+    free(r0), free(r1), free(qv), free(lse), free(kseq), free(b0), free(b1), free(qb), free(ob);
+    free(want), free(ref), free(got), free(want_lse);
+    return pass;
+}
+
+static void test_paged_row_limits(void **state)
+{
+    (void)state;
+    const int64_t edge = INT64_C(1) << 27; /* pages of 16 rows: last row index 2^31 - 1 */
+    long failed = 0, skipped = 0;
+    for (int consumer = 0; consumer < 2; ++consumer) /* both kernel families */
+        for (int past = 0; past < 2; ++past) {
+            const long index = 300 + 2 * consumer + past;
+            if (g_only >= 0 && g_only != index)
+                continue;
+            const int r = run_paged_row_limit(
+                index, past ? "one page past: 64-bit offsets" : "row indices", edge + past,
+                consumer);
+            failed += r == 0, skipped += r == 2;
+        }
+    printf("%ld paged row-limit cases failed, %ld skipped (seed %" PRIu64 ")\n", failed,
+           skipped, g_seed);
     assert_int_equal(failed, 0);
 }
 
@@ -1361,6 +1507,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_varlen_matches_oracle),
         cmocka_unit_test(test_paged_matches_oracle),
+        cmocka_unit_test(test_paged_row_limits),
         cmocka_unit_test(test_cache_write),
         cmocka_unit_test(test_cache_write_limit),
         cmocka_unit_test(test_graph_replay),

@@ -868,6 +868,58 @@ typedef struct paged_case_t {
                          (the kernels' 64-bit row offsets, not the row space) */
 } paged_case_t;
 
+/* One sequence of a paged run (problem `one`: its lengths, heads, mask) against the
+ * oracle on its keys gathered from the pages (kseq, vseq: [seqlen_k, heads_kv, d]), its
+ * rows starting at q0 of total_q: fills want, ref (the same-precision reference) and got
+ * at those rows, and counts the LSE misses (LSE_TOL; -inf exact) and non-finite outputs. */
+static void judge_paged_sequence(const fa2_problem_t *one, const oracle_score_t *mod,
+                                 int64_t q0, int64_t total_q, const float *qv,
+                                 const float *kseq, const float *vseq, const uint16_t *ob,
+                                 const float *lse, double *want, double *ref, double *got,
+                                 double *want_lse, int64_t *lse_bad, int64_t *nonfinite)
+{
+    const int64_t lq = one->seqlen_q, hq = one->heads_q, d = one->head_dim, row = hq * d;
+    assert_int_equal(oracle_forward_scored(one, mod, qv + q0 * row, kseq, vseq, want + q0 * row,
+                                           want_lse),
+                     0);
+    assert_int_equal(
+        oracle_forward_scored_rounded(one, mod, qv + q0 * row, kseq, vseq, ref + q0 * row), 0);
+    for (int64_t i = 0; i < lq; ++i)
+        for (int64_t h = 0; h < hq; ++h) {
+            const double w_lse = want_lse[h * lq + i], g_lse = lse[h * total_q + q0 + i];
+            const double e = isinf(w_lse) ? (g_lse == w_lse ? 0.0 : INFINITY)
+                                          : fabs(g_lse - w_lse) / fmax(1.0, fabs(w_lse));
+            *lse_bad += !(e <= LSE_TOL);
+            for (int64_t x = 0; x < d; ++x) {
+                const int64_t t = ((q0 + i) * hq + h) * d + x;
+                got[t] = oracle_float_from_bits(ob[t], one->dtype);
+                *nonfinite += !isfinite(got[t]);
+            }
+        }
+}
+
+/* A paged run's verdict, printed: O's elements from `used` on (the spare rows) still
+ * poisoned, the rel L2 error of O (n elements) within max(2 x the reference's, floor), no
+ * LSE miss or non-finite output, every metadata record FA2_VARLEN_OK. */
+static int paged_verdict(const fa2_plan_t *plan, const void *ws, const uint16_t *ob,
+                         int64_t used, int64_t n, const double *got, const double *want,
+                         const double *ref, int64_t nonfinite, int64_t lse_bad)
+{
+    int64_t poison_lost = 0;
+    for (int64_t x = used; x < n; ++x)
+        poison_lost += ob[x] != 0xFFFFu;
+    const double err = oracle_rel_l2(got, want, (size_t)n);
+    const double ref_err = oracle_rel_l2(ref, want, (size_t)n);
+    const double bound = fmax(2.0 * ref_err, plan->problem.dtype == FA2_DTYPE_BF16 ? FLOOR_BF16
+                                                                                  : FLOOR_FP16);
+    const int records = records_ok(plan, ws, -1, FA2_VARLEN_OK);
+    const int pass = err <= bound && nonfinite == 0 && poison_lost == 0 && lse_bad == 0 && records;
+    printf(" : err=%.3e ref=%.3e bound=%.3e nonfinite=%" PRId64 " written_outside=%" PRId64
+           " lse_bad=%" PRId64 " %s\n",
+           err, ref_err, bound, nonfinite, poison_lost, lse_bad, pass ? "PASS" : "FAIL");
+    return pass;
+}
+
 /* A paged cache of shuffled pages (a few never used, page-table entries past a
  * sequence's pages -1), Q packed; each sequence against oracle_forward_scored on its
  * keys gathered from the pages. O and the LSE poisoned; spare rows must stay so. */
@@ -969,7 +1021,7 @@ static int run_paged_case(long index, const paged_case_t *c)
     if (!forward_and_download(&plan, dq, dk, dv, d_o, dlse, dcu_q, NULL, dused, dtable, ws,
                               dslopes, dsinks, ob, lse, nq, n_lse))
         goto cleanup;
-    int64_t nonfinite = 0, poison_lost = 0, lse_bad = 0;
+    int64_t nonfinite = 0, lse_bad = 0;
     for (int b = 0; b < n; ++b) {
         const int64_t lq = c->len_q[b], lk = c->len_k[b], q0 = cu_q[b];
         if (lq == 0)
@@ -985,38 +1037,11 @@ static int run_paged_case(long index, const paged_case_t *c)
         one.causal = c->causal;
         one.window_left = c->window_left;
         one.window_right = c->window_right;
-        const oracle_score_t *m = c->scored ? &mod : NULL;
-        assert_int_equal(oracle_forward_scored(&one, m, qv + q0 * hq * d, kseq, vseq,
-                                               want + q0 * hq * d, want_lse),
-                         0);
-        assert_int_equal(oracle_forward_scored_rounded(&one, m, qv + q0 * hq * d, kseq, vseq,
-                                                       ref + q0 * hq * d),
-                         0);
-        for (int64_t i = 0; i < lq; ++i)
-            for (int64_t h = 0; h < hq; ++h) {
-                const double w_lse = want_lse[h * lq + i], g_lse = lse[h * total_q + q0 + i];
-                const double e = isinf(w_lse) ? (g_lse == w_lse ? 0.0 : INFINITY)
-                                              : fabs(g_lse - w_lse) / fmax(1.0, fabs(w_lse));
-                lse_bad += !(e <= LSE_TOL);
-                for (int64_t x = 0; x < d; ++x) {
-                    const int64_t t = ((q0 + i) * hq + h) * d + x;
-                    got[t] = oracle_float_from_bits(ob[t], c->dtype);
-                    nonfinite += !isfinite(got[t]);
-                }
-            }
+        judge_paged_sequence(&one, c->scored ? &mod : NULL, q0, total_q, qv, kseq, vseq, ob, lse,
+                             want, ref, got, want_lse, &lse_bad, &nonfinite);
     }
-    for (int64_t row = cu_q[n]; row < total_q; ++row)
-        for (int64_t h = 0; h < hq; ++h)
-            for (int64_t x = 0; x < d; ++x)
-                poison_lost += ob[(row * hq + h) * d + x] != 0xFFFFu;
-    const double err = oracle_rel_l2(got, want, (size_t)nq);
-    const double ref_err = oracle_rel_l2(ref, want, (size_t)nq);
-    const double bound = fmax(2.0 * ref_err, c->dtype == FA2_DTYPE_BF16 ? FLOOR_BF16 : FLOOR_FP16);
-    const int records = records_ok(&plan, ws, -1, FA2_VARLEN_OK);
-    pass = err <= bound && nonfinite == 0 && poison_lost == 0 && lse_bad == 0 && records;
-    printf(" : err=%.3e ref=%.3e bound=%.3e nonfinite=%" PRId64 " written_outside=%" PRId64
-           " lse_bad=%" PRId64 " %s\n",
-           err, ref_err, bound, nonfinite, poison_lost, lse_bad, pass ? "PASS" : "FAIL");
+    pass = paged_verdict(&plan, ws, ob, cu_q[n] * hq * d, nq, got, want, ref, nonfinite,
+                         lse_bad);
 
 cleanup:
     fflush(stdout);
@@ -1140,7 +1165,7 @@ static int run_paged_row_limit(long index, const char *name, int64_t num_pages, 
     if (!forward_and_download(&plan, dq, dkv, dkv, d_o, dlse, dcu_q, NULL, dused, dtable, ws,
                               NULL, NULL, ob, lse, nq, total_q))
         goto cleanup;
-    int64_t nonfinite = 0, poison_lost = 0, lse_bad = 0;
+    int64_t nonfinite = 0, lse_bad = 0;
     for (int b = 0; b < N; ++b) {
         for (int64_t j = 0; j < len_k[b]; ++j) { /* the keys, gathered from the regions */
             const int64_t at =
@@ -1151,32 +1176,10 @@ static int run_paged_row_limit(long index, const char *name, int64_t num_pages, 
         fa2_problem_t one;
         fa2_problem_init(&one, FA2_DTYPE_BF16, 1, len_q[b], len_k[b], 1, 1, d);
         one.causal = 1;
-        const int64_t q0 = cu_q[b];
-        assert_int_equal(
-            oracle_forward_scored(&one, NULL, qv + q0 * d, kseq, kseq, want + q0 * d, want_lse),
-            0);
-        assert_int_equal(
-            oracle_forward_scored_rounded(&one, NULL, qv + q0 * d, kseq, kseq, ref + q0 * d), 0);
-        for (int64_t i = 0; i < len_q[b]; ++i) {
-            const double e = fabs(lse[q0 + i] - want_lse[i]) / fmax(1.0, fabs(want_lse[i]));
-            lse_bad += !(e <= LSE_TOL);
-            for (int64_t x = 0; x < d; ++x) {
-                got[(q0 + i) * d + x] = oracle_float_from_bits(ob[(q0 + i) * d + x],
-                                                               FA2_DTYPE_BF16);
-                nonfinite += !isfinite(got[(q0 + i) * d + x]);
-            }
-        }
+        judge_paged_sequence(&one, NULL, cu_q[b], total_q, qv, kseq, kseq, ob, lse, want, ref,
+                             got, want_lse, &lse_bad, &nonfinite);
     }
-    for (int64_t x = cu_q[N] * d; x < nq; ++x)
-        poison_lost += ob[x] != 0xFFFFu;
-    const double err = oracle_rel_l2(got, want, (size_t)(cu_q[N] * d));
-    const double ref_err = oracle_rel_l2(ref, want, (size_t)(cu_q[N] * d));
-    const double bound = fmax(2.0 * ref_err, FLOOR_BF16);
-    const int records = records_ok(&plan, ws, -1, FA2_VARLEN_OK);
-    pass = err <= bound && nonfinite == 0 && poison_lost == 0 && lse_bad == 0 && records;
-    printf(" : err=%.3e ref=%.3e bound=%.3e nonfinite=%" PRId64 " written_outside=%" PRId64
-           " lse_bad=%" PRId64 " %s\n",
-           err, ref_err, bound, nonfinite, poison_lost, lse_bad, pass ? "PASS" : "FAIL");
+    pass = paged_verdict(&plan, ws, ob, cu_q[N] * d, nq, got, want, ref, nonfinite, lse_bad);
 
 cleanup:
     fflush(stdout);

@@ -34,6 +34,37 @@ __device__ __forceinline__ void exp_scores(float (&acc)[kN][4], float scale_log2
     }
 }
 
+// The visible columns of a fragment row as an interval of offsets from the lane's first
+// column: column offset 8n + e % 2 is visible when lo <= it <= hi. Taken once per row, an
+// element then costs two compares with immediates (the forward's apply_mask does the same).
+struct ColumnInterval {
+    int lo, hi;
+    __device__ __forceinline__ bool has(int n, int e) const
+    {
+        const int col = n * 8 + (e & 1);
+        return (col >= lo) & (col <= hi);
+    }
+};
+
+// Keys as rows: the queries that see key `key` (rows past seqlen_q and keys past
+// seqlen_k see none), from query column col0.
+__device__ __forceinline__ ColumnInterval query_columns(const KeyWindow &win, int seqlen_q,
+                                                        int key, int col0)
+{
+    int lo, hi;
+    query_range(win, seqlen_q, key, key, lo, hi);
+    if (key >= win.seqlen_k) hi = lo - 1;
+    return {lo - col0, hi - col0};
+}
+
+// Queries as rows: the keys query `row` sees, from key column col0.
+__device__ __forceinline__ ColumnInterval key_columns(const KeyWindow &win, int row, int col0)
+{
+    int lo, hi;
+    win.key_range(row, row, lo, hi);
+    return {lo - col0, hi - 1 - col0};
+}
+
 // Pᵀ for the dK/dV kernels' fragments, keys as rows: element (n, e) has key
 // key_row + 8 (e / 2) and query row0 + 8n + 2 (lane % 4) + e % 2, whose LSE is
 // lse[that query − row0] (shared memory). Queries past the sequence's seqlen_q count
@@ -44,13 +75,13 @@ __device__ __forceinline__ void exp_scores_keys_as_rows(float (&acc)[kN][4], flo
                                                         const float *lse, bool masked, int row0,
                                                         int key_row, int lane)
 {
+    const int col0 = row0 + 2 * (lane & 3);
+    const ColumnInterval cols[2] = {query_columns(win, seqlen_q, key_row, col0),
+                                    query_columns(win, seqlen_q, key_row + 8, col0)};
     exp_scores(
         acc, scale_log2, masked,
         [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
-        [&](int n, int e) {
-            const int row = row0 + n * 8 + 2 * (lane & 3) + (e & 1);
-            return (row < seqlen_q) & win.visible_flat(row, key_row + 8 * (e >> 1));
-        });
+        [&](int n, int e) { return cols[e >> 1].has(n, e); });
 }
 
 // P for the dQ kernels' fragments, queries as rows: element (n, e) has query
@@ -62,25 +93,26 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
                                                            const float (&lse_log2)[2], bool masked,
                                                            int row, int key0, int lane)
 {
+    const int col0 = key0 + 2 * (lane & 3);
+    const ColumnInterval cols[2] = {key_columns(win, row, col0), key_columns(win, row + 8, col0)};
     exp_scores(
         acc, scale_log2, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
-        [&](int n, int e) {
-            return win.visible_flat(row + 8 * (e >> 1), key0 + n * 8 + 2 * (lane & 3) + (e & 1));
-        });
+        [&](int n, int e) { return cols[e >> 1].has(n, e); });
 }
 
 // With the score variants (common/score_variants.cuh): P as above, from the score
 // transformed as the forward did it (softcap's tanh, ALiBi's distance, in score units),
 // and pg = P times the softcap's derivative 1 - tanh^2 (P without softcap), which dS
 // takes in place of P: dS = pg (dP - D), scaled by softmax_scale as the plain one.
-// query(n, e), key(n, e): the element's query row and key; neg_lse_log2 as above.
-// kSoftcap: the block's variants include softcap (else pg is P and need not be read).
+// query(n, e), key(n, e): the element's query row and key; neg_lse_log2 and visible
+// as in exp_scores. kSoftcap: the block's variants include softcap (else pg is P and
+// need not be read).
 template <bool kSoftcap, int kN, typename NegLseLog2, typename Query, typename Key,
-          typename PgStore>
+          typename Visible, typename PgStore>
 __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore pg,
-                                                  const ScoreVariants &v, const KeyWindow &win,
-                                                  int seqlen_q, bool masked,
-                                                  NegLseLog2 neg_lse_log2, Query query, Key key)
+                                                  const ScoreVariants &v, bool masked,
+                                                  NegLseLog2 neg_lse_log2, Query query, Key key,
+                                                  Visible visible)
 {
 #pragma unroll
     for (int n = 0; n < kN; ++n)
@@ -94,7 +126,7 @@ __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore p
             }
             y = fmaf(-v.alibi, fabsf(static_cast<float>(row - col) + v.offset), y);
             float x = exp2_approx(fmaf(y, v.score_log2, neg_lse_log2(n, e)));
-            if (masked && !((row < seqlen_q) & win.visible_flat(row, col))) x = 0.f;
+            if (masked && !visible(n, e)) x = 0.f;
             acc[n][e] = x;
             pg(n, e, x * slope);
         }
@@ -124,11 +156,16 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
     float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, int seqlen_q,
     const KeyWindow &win, const float *lse, bool masked, int row0, int key_row, int lane)
 {
+    // visible_flat per element here: the intervals' registers made the mma.sync d = 128
+    // dK/dV kernel spill.
+    const auto query = [&](int n, int e) { return row0 + n * 8 + 2 * (lane & 3) + (e & 1); };
+    const auto key = [&](int, int e) { return key_row + 8 * (e >> 1); };
     exp_scores_scored<kSoftcap>(
-        acc, pg, v, win, seqlen_q, masked,
-        [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
-        [&](int n, int e) { return row0 + n * 8 + 2 * (lane & 3) + (e & 1); },
-        [&](int, int e) { return key_row + 8 * (e >> 1); });
+        acc, pg, v, masked,
+        [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; }, query,
+        key, [&](int n, int e) {
+            return (query(n, e) < seqlen_q) & win.visible_flat(query(n, e), key(n, e));
+        });
 }
 
 // exp_scores_keys_as_rows_scored with softcap taken from v (block-uniform).
@@ -145,17 +182,19 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_variants(
                                               key_row, lane);
 }
 
-// exp_scores_queries_as_rows with the score variants, and pg (seqlen_q: rows past it
-// are masked only where `masked`, as there).
+// exp_scores_queries_as_rows with the score variants, and pg.
 template <bool kSoftcap, int kN, typename PgStore>
 __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
     float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, const KeyWindow &win,
     const float (&lse_log2)[2], bool masked, int row, int key0, int lane)
 {
+    const int col0 = key0 + 2 * (lane & 3);
+    const ColumnInterval cols[2] = {key_columns(win, row, col0), key_columns(win, row + 8, col0)};
     exp_scores_scored<kSoftcap>(
-        acc, pg, v, win, 0x7fffffff, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
+        acc, pg, v, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
         [&](int, int e) { return row + 8 * (e >> 1); },
-        [&](int n, int e) { return key0 + n * 8 + 2 * (lane & 3) + (e & 1); });
+        [&](int n, int e) { return col0 + n * 8 + (e & 1); },
+        [&](int n, int e) { return cols[e >> 1].has(n, e); });
 }
 
 // exp_scores_queries_as_rows_scored with softcap taken from v (block-uniform).

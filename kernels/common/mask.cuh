@@ -53,21 +53,32 @@ __device__ __forceinline__ QueryTile query_tile(const fa2_params_t &p)
 }
 
 // Sets scores of invisible (row, key) pairs to -inf. row0/key0: the tile's first
-// query row and key of this warp's fragment origin.
+// query row and key of this warp's fragment origin. Each row's visible keys are one
+// interval (KeyWindow::key_range), taken once per row relative to this thread's first
+// column, so an element costs two compares with its column's constant offset and a
+// select, without branches.
 template <typename Tr>
 __device__ __forceinline__ void apply_mask(float (&s)[Tr::kMTiles][Tr::kNTiles][4],
                                            const KeyWindow &win, int row0, int key0, int lane)
 {
+    const int col0 = key0 + 2 * (lane & 3);
 #pragma unroll
     for (int mt = 0; mt < Tr::kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTiles; ++nt)
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + mt * 16 + (lane >> 2) + 8 * h;
+            int lo, hi;
+            win.key_range(row, row, lo, hi);
+            lo -= col0;
+            hi -= col0;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = row0 + mt * 16 + (lane >> 2) + 8 * (e >> 1);
-                const int key = key0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-                if (!win.visible(row, key)) s[mt][nt][e] = -INFINITY;
-            }
+            for (int nt = 0; nt < Tr::kNTiles; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int col = nt * 8 + c;  // from col0
+                    if ((col < lo) | (col >= hi)) s[mt][nt][2 * h + c] = -INFINITY;
+                }
+        }
 }
 
 }  // namespace fa2

@@ -72,9 +72,8 @@ struct KeyWindow {
     }
 
     // visible() without short-circuit evaluation, for the backward's fully unrolled
-    // fragment loops, where `&&` and `||` became a branch per element. The forward keeps
-    // visible(), which costs its Hopper d = 64 kernel fewer registers (one more block
-    // per SM).
+    // fragment loops, where `&&` and `||` became a branch per element. (The forward's
+    // apply_mask compares each key with its row's key_range instead.)
     FA2_MASK_FN bool visible_flat(int row, int key) const
     {
         const int diag = row + offset;

@@ -13,8 +13,9 @@
 //
 // Checked, on rows and keys sampled with the extremes (first and last rows, tiles and
 // key blocks, keys at the diagonal and the window edges +-1):
-//  (a) visible() and visible_flat() equal the model; rows past seqlen_q that the
-//      kernels' last tile also evaluates (results unused) only run, for overflow;
+//  (a) visible(), visible_flat(), a row's key_range and a key's query_range (the
+//      masks' intervals, common/mask.cuh and exp_scores.cuh) equal the model; rows past seqlen_q that the kernels' last tile also evaluates (results
+//      unused) only run, for overflow;
 //  (b) tile_key_blocks (query_tile): [n_first, n_end) is exactly the key blocks from
 //      the tile's first visible key to its last one, n_end <= n_first when it sees none;
 //  (c) block_needs_mask is false exactly when every (row, key) of the row block x key
@@ -334,10 +335,17 @@ struct Harness {
         if (row >= seqlen_q && kMaxSeqlen % block_m != 0) return;  // see divides_max_seqlen
         const bool got = win.visible(static_cast<int>(row), static_cast<int>(key));
         const bool got_flat = win.visible_flat(static_cast<int>(row), static_cast<int>(key));
+        int lo, hi;  // the masks' row intervals: the keys a query row sees
+        win.key_range(static_cast<int>(row), static_cast<int>(row), lo, hi);
+        int q_lo, q_hi;  // ...and the queries a key sees (the backward's keys-as-rows tiles)
+        fa2::query_range(win, static_cast<int>(seqlen_q), static_cast<int>(key),
+                         static_cast<int>(key), q_lo, q_hi);
         if (row >= seqlen_q) return;
         const bool want = model.visible(row, key);
         FUZZ_CHECK(got == want);
         FUZZ_CHECK(got_flat == want);
+        FUZZ_CHECK((lo <= key && key < hi) == want);
+        FUZZ_CHECK((key < seqlen_k && q_lo <= row && row <= q_hi) == want);
     }
 
     // (a) around one row: first and last keys, the diagonal and the window edges +-1.

@@ -104,27 +104,27 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
 // transformed as the forward did it (softcap's tanh, ALiBi's distance, in score units),
 // and pg = P times the softcap's derivative 1 - tanh^2 (P without softcap), which dS
 // takes in place of P: dS = pg (dP - D), scaled by softmax_scale as the plain one.
-// query(n, e), key(n, e): the element's query row and key; neg_lse_log2 and visible
-// as in exp_scores. kSoftcap: the block's variants include softcap (else pg is P and
-// need not be read).
-template <bool kSoftcap, int kN, typename NegLseLog2, typename Query, typename Key,
-          typename Visible, typename PgStore>
+// dist(n, e): the element's query row + offset - key as a float (ALiBi's distance: a
+// per-row float plus the column's constant, one add); neg_lse_log2 and visible as in
+// exp_scores. kSoftcap: the block's variants include softcap (else pg is P and need not
+// be read).
+template <bool kSoftcap, int kN, typename NegLseLog2, typename Dist, typename Visible,
+          typename PgStore>
 __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore pg,
                                                   const ScoreVariants &v, bool masked,
-                                                  NegLseLog2 neg_lse_log2, Query query, Key key,
+                                                  NegLseLog2 neg_lse_log2, Dist dist,
                                                   Visible visible)
 {
 #pragma unroll
     for (int n = 0; n < kN; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int row = query(n, e), col = key(n, e);
             float y = acc[n][e], slope = 1.f;
             if constexpr (kSoftcap) {
                 y = tanh_approx(y * v.tanh_scale);
                 slope = 1.f - y * y;
             }
-            y = fmaf(-v.alibi, fabsf(static_cast<float>(row - col) + v.offset), y);
+            y = fmaf(-v.alibi, fabsf(dist(n, e)), y);
             float x = exp2_approx(fmaf(y, v.score_log2, neg_lse_log2(n, e)));
             if (masked && !visible(n, e)) x = 0.f;
             acc[n][e] = x;
@@ -160,10 +160,14 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
     // dK/dV kernel spill.
     const auto query = [&](int n, int e) { return row0 + n * 8 + 2 * (lane & 3) + (e & 1); };
     const auto key = [&](int, int e) { return key_row + 8 * (e >> 1); };
+    const int col0 = row0 + 2 * (lane & 3);  // queries are columns: + 8n + e % 2
+    const float dist0[2] = {static_cast<float>(col0 - key_row) + v.offset,
+                            static_cast<float>(col0 - key_row - 8) + v.offset};
     exp_scores_scored<kSoftcap>(
         acc, pg, v, masked,
-        [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; }, query,
-        key, [&](int n, int e) {
+        [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
+        [&](int n, int e) { return dist0[e >> 1] + static_cast<float>(n * 8 + (e & 1)); },
+        [&](int n, int e) {
             return (query(n, e) < seqlen_q) & win.visible_flat(query(n, e), key(n, e));
         });
 }
@@ -190,10 +194,11 @@ __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
 {
     const int col0 = key0 + 2 * (lane & 3);
     const ColumnInterval cols[2] = {key_columns(win, row, col0), key_columns(win, row + 8, col0)};
+    const float dist0[2] = {static_cast<float>(row - col0) + v.offset,
+                            static_cast<float>(row + 8 - col0) + v.offset};
     exp_scores_scored<kSoftcap>(
         acc, pg, v, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
-        [&](int, int e) { return row + 8 * (e >> 1); },
-        [&](int n, int e) { return col0 + n * 8 + (e & 1); },
+        [&](int n, int e) { return dist0[e >> 1] - static_cast<float>(n * 8 + (e & 1)); },
         [&](int n, int e) { return cols[e >> 1].has(n, e); });
 }
 

@@ -24,15 +24,11 @@ struct ScoreVariants {
     float offset;      // seqlen_k - seqlen_q: the query row's key position minus its row
 };
 
-// Whether a forward runs the kScored kernel instances: any variant is on.
-inline bool forward_scored(const fa2_params_t &p)
-{
-    return p.softcap != 0.f || p.alibi_slopes || p.sinks;
-}
-
-// Whether a backward runs the kScored kernel instances: softcap or ALiBi is on (sinks
-// need nothing of them: kernels/common/bwd_dsink.cuh).
-inline bool backward_scored(const fa2_params_t &p)
+// Whether a call (forward or backward) runs the kScored kernel instances: softcap or
+// ALiBi is on. Sinks need nothing per score: the plain forward kernels add the sink to
+// each row's denominator at the end, the backward sums dsink apart
+// (kernels/common/bwd_dsink.cuh).
+inline bool runs_scored_kernels(const fa2_params_t &p)
 {
     return p.softcap != 0.f || p.alibi_slopes;
 }

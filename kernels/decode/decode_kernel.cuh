@@ -74,7 +74,7 @@ __device__ __forceinline__ int64_t accum_row(const fa2_params_t &p, const Sequen
                           : static_cast<int64_t>(s.batch) * p.seqlen_q + token;
 }
 
-// kScored: the score variants (softcap, ALiBi, sinks; include/fa2.h) on; the scores are
+// kScored: softcap or ALiBi (include/fa2.h) on; the scores are
 // then natural-unit logits and the softmax's scale is log2(e).
 template <typename Tr, int kMode, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_params_t p)
@@ -305,12 +305,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
                 for (int e = 0; e < 8; ++e) out[e] += f * src[e];
             }
         }
-        if constexpr (kScored) {
-            // The sink joins the row's denominator once: here without splits, else in
-            // the combine.
-            const int head = decode_row(r, group, kv_head).head;
-            const float sink = p.sinks && splits == 1 ? __ldg(p.sinks + head) * kLog2e
-                                                      : -INFINITY;
+        // The sink joins the row's denominator once: here without splits, else in the
+        // combine.
+        if (p.sinks && splits == 1) {
+            const float sink = __ldg(p.sinks + decode_row(r, group, kv_head).head) * kLog2e;
             if (sink != -INFINITY) {
                 const float new_top = fmaxf(top, sink);
                 const float f = top == -INFINITY ? 0.f : exp2_approx(top - new_top);

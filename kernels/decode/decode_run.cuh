@@ -19,7 +19,7 @@ namespace fa2 {
 // keys), so every O read is finite. Rows of a failed
 // or missing sequence are not written. Launched after the decode kernel may start
 // (after_previous): nothing is read before wait_for_previous_grid().
-template <typename Elem, int kMode, bool kScored>
+template <typename Elem, int kMode>
 __global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t p)
 {
     constexpr int kPerLane = (FA2_MAX_SPLITS + 31) / 32;
@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t 
         for (int i = 0; i < kPerLane; ++i) sum += __expf(lse[i] - top);  // -inf: 0
 #pragma unroll
     for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kAll, sum, m);
-    if constexpr (kScored) {  // a sink (include/fa2.h) joins the row's denominator once, here
-        const float sink = p.sinks ? __ldg(p.sinks + head) : -INFINITY;
+    if (p.sinks) {  // a sink (include/fa2.h) joins the row's denominator once, here
+        const float sink = __ldg(p.sinks + head);
         if (sink != -INFINITY) {
             const float new_top = fmaxf(top, sink);
             sum = (top == -INFINITY ? 0.f : sum * __expf(top - new_top)) + __expf(sink - new_top);
@@ -104,7 +104,7 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
     const int64_t grid = static_cast<int64_t>(p.batch) * p.heads_kv * p.decode_splits;
-    const bool scored = forward_scored(p);
+    const bool scored = runs_scored_kernels(p);
     const auto kernel = scored ? (p.page_table     ? decode_kernel<Tr, kPagedSeq, true>
                                   : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq, true>
                                                    : decode_kernel<Tr, kDenseSeq, true>)
@@ -115,13 +115,9 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
     if (err != cudaSuccess || p.decode_splits == 1) return err;
     constexpr int kWarps = 4;
     const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
-    const auto combine =
-        scored ? (p.page_table     ? decode_combine_kernel<Elem, kPagedSeq, true>
-                  : p.cu_seqlens_q ? decode_combine_kernel<Elem, kPackedSeq, true>
-                                   : decode_combine_kernel<Elem, kDenseSeq, true>)
-               : (p.page_table     ? decode_combine_kernel<Elem, kPagedSeq, false>
-                  : p.cu_seqlens_q ? decode_combine_kernel<Elem, kPackedSeq, false>
-                                   : decode_combine_kernel<Elem, kDenseSeq, false>);
+    const auto combine = p.page_table     ? decode_combine_kernel<Elem, kPagedSeq>
+                         : p.cu_seqlens_q ? decode_combine_kernel<Elem, kPackedSeq>
+                                          : decode_combine_kernel<Elem, kDenseSeq>;
     return launch(combine, (rows + kWarps - 1) / kWarps, 32 * kWarps, 0, stream, p,
                   /*after_previous=*/p.kernel_family == 90);
 }

@@ -56,7 +56,8 @@ struct FwdSm90Traits {
 };
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
-// kScored: the score variants (common/score_variants.cuh) on.
+// kScored: softcap or ALiBi on (common/score_variants.cuh); sinks alone run the plain
+// instance, which adds the sink at the end.
 template <typename Tr, int kMode, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_params_t p)
 {
@@ -201,6 +202,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     float inv_sum[1][2], lse[1][2];
     if constexpr (kScored)
         softmax.finish_with_sink(variants.score_log2, sink_log2(p, head), inv_sum, lse);
+    else if (p.sinks)  // block-uniform, once per tile: sinks alone take the plain kernel
+        softmax.finish_with_sink(p.scale_log2, sink_log2(p, head), inv_sum, lse);
     else
         softmax.finish(p.scale_log2, inv_sum, lse);
 

@@ -16,7 +16,7 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
-    const bool scored = forward_scored(p);
+    const bool scored = runs_scored_kernels(p);
     const auto kernel = scored ? (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, true>
                                   : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq, true>
                                                    : fwd_sm90_kernel<Tr, kDenseSeq, true>)

@@ -69,11 +69,12 @@ int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile);
 int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile);
 
 /* The tile the forward runs for `bucket` on `device`: the Hopper kernel's when the
- * device is sm_90 and the library has sm_90a code for the bucket, else fa2_fwd_tile's,
- * or the compact tile where that does not fit the device's shared memory and the
- * bucket has one. 0 and *tile untouched when the bucket has no kernel. */
-int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
-                            fa2_fwd_tile_t *tile);
+ * device is sm_90, the library has sm_90a code for the bucket and the problem's K and
+ * V suit its copy engine (fa2_kv_copy_engine_ready), else fa2_fwd_tile's, or the
+ * compact tile where that does not fit the device's shared memory and the bucket has
+ * one. 0 and *tile untouched when the bucket has no kernel. */
+int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
+                            const fa2_device_info_t *device, fa2_fwd_tile_t *tile);
 
 /* Every check fa2_plan makes; FA2_SUCCESS or the first failure (message set). */
 fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,
@@ -265,6 +266,28 @@ static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int que
     else
         d.batch = 1, d.rows = queries ? pr->total_q : pr->total_k;
     return d;
+}
+
+/* Whether the Hopper forward's copy engine can read the problem's K and V (dense or
+ * packed; a paged cache's pages are copied otherwise): every dimension of K and V with
+ * more than one index steps a positive stride below 2^39 elements (the tensor maps'
+ * byte strides are positive multiples of 16 below 2^40). */
+static inline int fa2_copy_engine_stride(int64_t extent, int64_t stride)
+{
+    return extent <= 1 || (stride > 0 && stride < ((int64_t)1 << 39));
+}
+
+static inline int fa2_kv_copy_engine_ready(const fa2_problem_t *p)
+{
+    const fa2_layout_dims_t kd = fa2_layout_dims(p, 0);
+    if (p->page_size)
+        return 1;
+    return fa2_copy_engine_stride(kd.batch, p->k_batch_stride) &&
+           fa2_copy_engine_stride(kd.rows, p->k_seq_stride) &&
+           fa2_copy_engine_stride(p->heads_kv, p->k_head_stride) &&
+           fa2_copy_engine_stride(kd.batch, p->v_batch_stride) &&
+           fa2_copy_engine_stride(kd.rows, p->v_seq_stride) &&
+           fa2_copy_engine_stride(p->heads_kv, p->v_head_stride);
 }
 
 /* Rows of the LSE (and of the backward's per-row statistics): batch * heads_q *

@@ -172,7 +172,7 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
         return s;
 
     d = fa2_head_dim_bucket(problem->head_dim);
-    if (!fa2_fwd_tile_for_device(d, device, &tile))
+    if (!fa2_fwd_tile_for_device(d, problem, device, &tile))
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim=%lld has no kernel",
                         (long long)problem->head_dim);
 

@@ -45,11 +45,12 @@ int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile)
 }
 #undef FA2_X
 
-int fa2_fwd_tile_for_device(int64_t bucket, const fa2_device_info_t *device,
-                            fa2_fwd_tile_t *tile)
+int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
+                            const fa2_device_info_t *device, fa2_fwd_tile_t *tile)
 {
 #if defined(FA2_WITH_SM90A)
-    if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor)) {
+    if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor) &&
+        fa2_kv_copy_engine_ready(problem)) {
 #define FA2_X(b, wg, bn)                                                      \
         if (bucket == (b)) {                                                  \
             tile->head_dim_bucket = (b);                                      \
@@ -334,7 +335,7 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
                         (int)dev->cc_major, (int)dev->cc_minor);
 
     /* The compiled tile's exact shared memory; see docs/planning.md. */
-    if (!fa2_fwd_tile_for_device(fa2_head_dim_bucket(p->head_dim), dev, &tile))
+    if (!fa2_fwd_tile_for_device(fa2_head_dim_bucket(p->head_dim), p, dev, &tile))
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
                         "head_dim=%" PRId64 " has no compiled kernel", p->head_dim);
     n = tile.smem_bytes;

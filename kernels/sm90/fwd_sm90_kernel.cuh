@@ -18,6 +18,7 @@
 #include "common/varlen_check.cuh"
 #include "common/warp_gemm.cuh"
 #include "sm90/fwd_sm90_tiles.h"
+#include "sm90/tma.cuh"
 #include "sm90/wgmma.cuh"
 
 namespace fa2 {
@@ -55,13 +56,25 @@ struct FwdSm90Traits {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
 };
 
+// The kernel's parameter: the call's, and K's and V's tensor maps (dense and packed
+// batches; sm90/tensor_map.h), with box (64 columns, 1 head, kBlockN rows, 1).
+struct FwdSm90Args {
+    fa2_params_t p;
+    CUtensorMap k_map, v_map;
+};
+
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScored: softcap or ALiBi on (common/score_variants.cuh); sinks alone run the plain
 // instance, which adds the sink at the end.
+// Dense and packed K/V tiles come by the copy engine (one thread issues a tile's boxes,
+// an mbarrier counts its bytes); paged ones by cp.async from every thread.
 template <typename Tr, int kMode, bool kScored>
-__global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_params_t p)
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args)
 {
 #if defined(FA2_SM90A)
+    const fa2_params_t &p = args.p;
+    constexpr bool kCopyEngine = kMode != kPagedSeq;
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -76,6 +89,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
+    // Copy-engine mbarriers, K buffers 0 and 1 then V: in the alignment pad when it has
+    // room, else past V (the pad is then under 24 bytes and the rest of it follows V).
+    const uint32_t bars = q_smem - smem_addr(smem) >= 24 ? smem_addr(smem) : v_smem + Tr::kKVBytes;
+    const uint32_t v_full = bars + 16;
+    const auto k_full = [bars](int it) { return bars + 8 * (it & 1); };
     // Paged: this lane's page ids for the next K tile and for the V tile, a tile ahead.
     using PagedShape = PagedTileShape<Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>;
     [[maybe_unused]] int k_page = -1, v_page = -1;
@@ -84,8 +102,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
         return fetch_tile_page<PagedShape>(paged_rows<Elem, false>(p, seq, kv_head), key_first,
                                            seq.seqlen_k - key_first, tid);
     };
-    auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
-        if constexpr (kMode == kPagedSeq)
+    // A K or V tile by the copy engine, issued by thread 0: its panels as boxes.
+    auto copy_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map, uint32_t dst,
+                                                       uint32_t bar, int key_first) {
+        if (tid != 0) return;
+        mbarrier_arrive_expect_tx(bar, Tr::kKVBytes);
+        const int row = kMode == kDenseSeq ? key_first : seq.k_start + key_first;
+        const int outer = kMode == kDenseSeq ? seq.batch : 0;
+#pragma unroll
+        for (int panel = 0; panel < Tr::kHeadDim / 64; ++panel)
+            tma_load_4d(dst + panel * Tr::kBlockN * 128, map, bar, panel * 64, kv_head, row,
+                        outer);
+    };
+    auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first, int it) {
+        if constexpr (kCopyEngine)
+            copy_tile(&args.k_map, dst, k_full(it), key_first);
+        else if constexpr (kMode == kPagedSeq)
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, false>(p, seq, kv_head), k_page,
                                         key_first, p.head_dim, tid, panel);
         else
@@ -94,7 +126,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
                 seq.seqlen_k - key_first, p.head_dim, tid);
     };
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
-        if constexpr (kMode == kPagedSeq)
+        if constexpr (kCopyEngine)
+            copy_tile(&args.v_map, dst, v_full, key_first);
+        else if constexpr (kMode == kPagedSeq)
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, true>(p, seq, kv_head), v_page,
                                         key_first, p.head_dim, tid, panel);
         else
@@ -117,6 +151,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
     [[maybe_unused]] ScoreVariants variants{};
     if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
 
+    if constexpr (kCopyEngine) {
+        if (tid == 0) {
+            mbarrier_init(k_full(0), 1);
+            mbarrier_init(k_full(1), 1);
+            mbarrier_init(v_full, 1);
+            fence_mbarrier_init();
+        }
+        __syncthreads();
+    }
+
     if (n_block_end > n_block_min) {
         load_panels<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kThreads>(
             q_smem, q_row<Elem>(p, seq, head, row_first), p.q_seq_stride,
@@ -124,21 +168,23 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
         cp_async_commit();
         int n_block = n_block_end - 1;
         if constexpr (kMode == kPagedSeq) k_page = fetch_page(n_block * Tr::kBlockN);
-        load_k(k_smem, n_block * Tr::kBlockN);
+        load_k(k_smem, n_block * Tr::kBlockN, 0);
         cp_async_commit();
         advance_pages(n_block * Tr::kBlockN);
         // A packed batch's checks: a failed sequence writes nothing (its first copies,
-        // already issued, read only in-range rows).
+        // already issued, read only in-range rows; they land before the block ends).
         if constexpr (kMode != kDenseSeq) {
             if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid)) {
                 cp_async_wait<0>();
+                if constexpr (kCopyEngine) mbarrier_wait(k_full(0), 0);
                 return;
             }
         }
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
-            cp_async_wait<0>();  // K(n_block), and Q on the first pass
+            cp_async_wait<0>();  // Q on the first pass (and K(n_block) when paged)
+            if constexpr (kCopyEngine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
             fence_proxy_async();
             __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
             load_v(v_smem, key_first);
@@ -160,7 +206,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
             // S does not read).
             const bool prefetch = n_block > n_block_min;
             if (prefetch) {
-                load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN);
+                load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN, it + 1);
                 cp_async_commit();
                 advance_pages(key_first - Tr::kBlockN);
             }
@@ -179,12 +225,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_sm90_kernel(const fa2_par
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
 
-            if (prefetch)
-                cp_async_wait<1>();  // V(n_block); K(n_block - 1) may still fly
-            else
-                cp_async_wait<0>();
-            fence_proxy_async();
-            __syncthreads();
+            if constexpr (kCopyEngine) {
+                mbarrier_wait(v_full, it & 1);  // V(n_block)
+                // A packed sequence's rows past its keys hold other rows' values, which
+                // P's zeros there must not meet as inf or NaN: zeroed (a dense batch's
+                // are outside the tensor map, zeros already).
+                if (kMode == kPackedSeq && key_first + Tr::kBlockN > seq.seqlen_k) {
+                    zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(
+                        v_smem, seq.seqlen_k - key_first, tid, Tr::kThreads);
+                    fence_proxy_async();
+                    __syncthreads();
+                }
+            } else {
+                if (prefetch)
+                    cp_async_wait<1>();  // V(n_block); K(n_block - 1) may still fly
+                else
+                    cp_async_wait<0>();
+                fence_proxy_async();
+                __syncthreads();
+            }
             wgmma_fence();
             const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_smem), 0);
 #pragma unroll

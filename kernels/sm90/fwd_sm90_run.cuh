@@ -6,8 +6,19 @@
 #include "fwd_run.h"
 #include "common/launch.cuh"
 #include "sm90/fwd_sm90_kernel.cuh"
+#include "sm90/tensor_map.h"
 
 namespace fa2 {
+
+// K's or V's layout for the copy engine: a dense batch's (head_dim, heads_kv, seqlen_k,
+// batch), a packed batch's rows as one sequence (head_dim, heads_kv, total_k, 1).
+inline KvLayout kv_layout(const fa2_params_t &p, int64_t seq_stride, int64_t head_stride,
+                          int64_t batch_stride)
+{
+    const bool packed = p.cu_seqlens_q != nullptr;
+    return {{p.head_dim, p.heads_kv, packed ? p.total_k : p.seqlen_k, packed ? 1 : p.batch},
+            {1, head_stride, seq_stride, packed ? 0 : batch_stride}};
+}
 
 template <typename Elem, int kHeadDim>
 cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
@@ -16,6 +27,20 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
+    FwdSm90Args args = {};
+    args.p = p;
+    if (!p.page_table) {  // the dense and packed kernels read K and V by the copy engine
+        const bool bf16 = p.dtype == FA2_DTYPE_BF16;
+        cudaError_t e = encode_kv_map(&args.k_map, p.k, bf16,
+                                      kv_layout(p, p.k_seq_stride, p.k_head_stride,
+                                                p.k_batch_stride),
+                                      Tr::kBlockN);
+        if (e == cudaSuccess)
+            e = encode_kv_map(&args.v_map, p.v, bf16,
+                              kv_layout(p, p.v_seq_stride, p.v_head_stride, p.v_batch_stride),
+                              Tr::kBlockN);
+        if (e != cudaSuccess) return e;
+    }
     const bool scored = runs_scored_kernels(p);
     const auto kernel = scored ? (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, true>
                                   : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq, true>
@@ -23,7 +48,7 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                                : (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, false>
                                   : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq, false>
                                                    : fwd_sm90_kernel<Tr, kDenseSeq, false>);
-    return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+    return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 
 }  // namespace fa2

@@ -142,6 +142,21 @@ __device__ __forceinline__ void load_panels(uint32_t smem, const Elem *gmem, int
     }
 }
 
+// Zeroes rows [first_row, kRows) of a panel tile (every panel), with `threads` threads
+// from `tid`: whole 128-byte panel rows, so the swizzle does not matter.
+template <int kRows, int kPanels>
+__device__ __forceinline__ void zero_tile_rows(uint32_t smem, int first_row, int tid, int threads)
+{
+    const int chunks = (kRows - first_row) * 8;  // per panel
+#pragma unroll
+    for (int panel = 0; panel < kPanels; ++panel)
+        for (int i = tid; i < chunks; i += threads)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                             smem + panel * kRows * 128 + first_row * 128 + i * 16),
+                         "r"(0)
+                         : "memory");
+}
+
 // P (fp32, m16n8 accumulator layout, columns 16kk..16kk+15) as the m16k16 A fragment.
 template <typename Elem, int kN>
 __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const float (&p)[kN][4], int kk)

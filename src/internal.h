@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "fa2.h"
+#include "common/params.h" /* fa2_copy_engine_stride */
 
 #if defined(__GNUC__)
 #define FA2_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -272,11 +273,6 @@ static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int que
  * packed; a paged cache's pages are copied otherwise): every dimension of K and V with
  * more than one index steps a positive stride below 2^39 elements (the tensor maps'
  * byte strides are positive multiples of 16 below 2^40). */
-static inline int fa2_copy_engine_stride(int64_t extent, int64_t stride)
-{
-    return extent <= 1 || (stride > 0 && stride < ((int64_t)1 << 39));
-}
-
 static inline int fa2_kv_copy_engine_ready(const fa2_problem_t *p)
 {
     const fa2_layout_dims_t kd = fa2_layout_dims(p, 0);

@@ -116,6 +116,13 @@ static inline int32_t fa2_kernel_window_right(int64_t window_right, int64_t seql
     return window_right < 0 || window_right >= seqlen_q ? -1 : (int32_t)window_right;
 }
 
+/* Whether the copy engine's tensor maps can step a dimension of `extent` indices at
+ * `stride` elements (2-byte): a positive byte stride below 2^40, or no step at all. */
+static inline int fa2_copy_engine_stride(int64_t extent, int64_t stride)
+{
+    return extent <= 1 || (stride > 0 && stride < ((int64_t)1 << 39));
+}
+
 /* Launches the forward kernel for p->head_dim_bucket, p->dtype and p->kernel_family on
  * `stream` (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
 int fa2_fwd_launch(const fa2_params_t *p, void *stream);

@@ -56,25 +56,30 @@ struct FwdSm90Traits {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
 };
 
-// The kernel's parameter: the call's, and K's and V's tensor maps (dense and packed
-// batches; sm90/tensor_map.h), with box (64 columns, 1 head, kBlockN rows, 1).
+// The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):
+// a dense or packed batch's with box (64 columns, 1 head, kBlockN rows, 1); a paged
+// cache's, when page_box_rows > 0, with box (64, 1, page_box_rows, 1), page_box_rows
+// rows of one page (a tile's share of a page, or the page itself when a tile holds
+// several). page_box_rows = 0: the paged kernel copies with cp.async instead.
 struct FwdSm90Args {
     fa2_params_t p;
     CUtensorMap k_map, v_map;
+    int page_box_rows;
 };
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScored: softcap or ALiBi on (common/score_variants.cuh); sinks alone run the plain
 // instance, which adds the sink at the end.
-// Dense and packed K/V tiles come by the copy engine (one thread issues a tile's boxes,
-// an mbarrier counts its bytes); paged ones by cp.async from every thread.
+// K/V tiles come by the copy engine (thread 0 issues a tile's boxes, or warp 0's lanes a
+// paged tile's, one page each; an mbarrier counts the bytes), or for paged layouts the
+// copy engine cannot take (args.page_box_rows = 0) by cp.async from every thread.
 template <typename Tr, int kMode, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args)
 {
 #if defined(FA2_SM90A)
     const fa2_params_t &p = args.p;
-    constexpr bool kCopyEngine = kMode != kPagedSeq;
+    const bool copy_engine = kMode != kPagedSeq || args.page_box_rows > 0;
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -98,9 +103,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     using PagedShape = PagedTileShape<Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>;
     [[maybe_unused]] int k_page = -1, v_page = -1;
     const auto panel = [](int row, int chunk) { return panel_offset<Tr::kBlockN>(row, chunk); };
+    // (By the copy engine: warp 0's lane j holds the page id of the tile's j-th box.)
     auto fetch_page = [&, seq = seq, kv_head = kv_head](int key_first) {
-        return fetch_tile_page<PagedShape>(paged_rows<Elem, false>(p, seq, kv_head), key_first,
-                                           seq.seqlen_k - key_first, tid);
+        const PagedRows<Elem> rows = paged_rows<Elem, false>(p, seq, kv_head);
+        if (args.page_box_rows > 0) {
+            const int key = key_first + lane * args.page_box_rows;
+            return warp == 0 && key < min(seq.seqlen_k, key_first + Tr::kBlockN)
+                       ? rows.page_of(key)
+                       : -1;
+        }
+        return fetch_tile_page<PagedShape>(rows, key_first, seq.seqlen_k - key_first, tid);
     };
     // A K or V tile by the copy engine, issued by thread 0: its panels as boxes.
     auto copy_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map, uint32_t dst,
@@ -114,27 +126,41 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             tma_load_4d(dst + panel * Tr::kBlockN * 128, map, bar, panel * 64, kv_head, row,
                         outer);
     };
+    // A paged tile by the copy engine: warp 0's lane j copies box j from page `page`
+    // (-1: past the keys or out of range, outside the tensor map: zeros, no read).
+    auto copy_paged_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map,
+                                                             uint32_t dst, uint32_t bar,
+                                                             int key_first, int page) {
+        if (warp != 0) return;
+        if (lane == 0) mbarrier_arrive_expect_tx(bar, Tr::kKVBytes);
+        __syncwarp();  // the bytes are expected before any box can complete
+        const int box_rows = args.page_box_rows;
+        if (lane * box_rows >= Tr::kBlockN) return;
+        const int key = key_first + lane * box_rows;
+        const int in_page =
+            key - paged_rows<Elem, false>(p, seq, kv_head).page_index(key) * p.page_size;
+#pragma unroll
+        for (int panel = 0; panel < Tr::kHeadDim / 64; ++panel)
+            tma_load_4d(dst + panel * Tr::kBlockN * 128 + lane * box_rows * 128, map, bar,
+                        panel * 64, kv_head, in_page, page);
+    };
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first, int it) {
-        if constexpr (kCopyEngine)
+        if constexpr (kMode != kPagedSeq)
             copy_tile(&args.k_map, dst, k_full(it), key_first);
-        else if constexpr (kMode == kPagedSeq)
+        else if (args.page_box_rows > 0)
+            copy_paged_tile(&args.k_map, dst, k_full(it), key_first, k_page);
+        else
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, false>(p, seq, kv_head), k_page,
                                         key_first, p.head_dim, tid, panel);
-        else
-            load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, k_row<Elem>(p, seq, kv_head, key_first), p.k_seq_stride,
-                seq.seqlen_k - key_first, p.head_dim, tid);
     };
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
-        if constexpr (kCopyEngine)
+        if constexpr (kMode != kPagedSeq)
             copy_tile(&args.v_map, dst, v_full, key_first);
-        else if constexpr (kMode == kPagedSeq)
+        else if (args.page_box_rows > 0)
+            copy_paged_tile(&args.v_map, dst, v_full, key_first, v_page);
+        else
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, true>(p, seq, kv_head), v_page,
                                         key_first, p.head_dim, tid, panel);
-        else
-            load_panels<Elem, Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>(
-                dst, v_row<Elem>(p, seq, kv_head, key_first), p.v_seq_stride,
-                seq.seqlen_k - key_first, p.head_dim, tid);
     };
     // After K(key_first)'s copies: V(key_first) takes its page, the next K tile's fetched.
     auto advance_pages = [&, keys_min = n_block_min * Tr::kBlockN](int key_first) {
@@ -151,7 +177,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     [[maybe_unused]] ScoreVariants variants{};
     if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
 
-    if constexpr (kCopyEngine) {
+    if (copy_engine) {
         if (tid == 0) {
             mbarrier_init(k_full(0), 1);
             mbarrier_init(k_full(1), 1);
@@ -176,15 +202,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         if constexpr (kMode != kDenseSeq) {
             if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid)) {
                 cp_async_wait<0>();
-                if constexpr (kCopyEngine) mbarrier_wait(k_full(0), 0);
+                if (copy_engine) mbarrier_wait(k_full(0), 0);
                 return;
             }
         }
 
         for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
             const int key_first = n_block * Tr::kBlockN;
-            cp_async_wait<0>();  // Q on the first pass (and K(n_block) when paged)
-            if constexpr (kCopyEngine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
+            cp_async_wait<0>();  // Q on the first pass (and K(n_block) by cp.async)
+            if (copy_engine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
             fence_proxy_async();
             __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
             load_v(v_smem, key_first);
@@ -225,12 +251,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
 
-            if constexpr (kCopyEngine) {
+            if (copy_engine) {
                 mbarrier_wait(v_full, it & 1);  // V(n_block)
-                // A packed sequence's rows past its keys hold other rows' values, which
-                // P's zeros there must not meet as inf or NaN: zeroed (a dense batch's
-                // are outside the tensor map, zeros already).
-                if (kMode == kPackedSeq && key_first + Tr::kBlockN > seq.seqlen_k) {
+                // A packed sequence's or a last page's rows past the keys hold other
+                // values, which P's zeros there must not meet as inf or NaN: zeroed (a
+                // dense batch's are outside the tensor map, zeros already).
+                if (kMode != kDenseSeq && key_first + Tr::kBlockN > seq.seqlen_k) {
                     zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(
                         v_smem, seq.seqlen_k - key_first, tid, Tr::kThreads);
                     fence_proxy_async();

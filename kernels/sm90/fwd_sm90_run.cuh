@@ -20,6 +20,23 @@ inline KvLayout kv_layout(const fa2_params_t &p, int64_t seq_stride, int64_t hea
             {1, head_stride, seq_stride, packed ? 0 : batch_stride}};
 }
 
+// A paged cache's box rows for the copy engine (FwdSm90Args::page_box_rows), or 0 for
+// cp.async: pages and tiles nest (one's rows divide the other's), a box is whole
+// 128-byte swizzle atoms (8 rows), and the cache's strides suit tensor maps.
+inline int paged_box_rows(const fa2_params_t &p, int block_n)
+{
+    const int rows = p.page_size >= block_n
+                         ? (p.page_size % block_n == 0 ? block_n : 0)
+                         : (block_n % p.page_size == 0 && p.page_size % 8 == 0 ? p.page_size : 0);
+    const bool strides = fa2_copy_engine_stride(p.num_pages, p.k_batch_stride) &&
+                         fa2_copy_engine_stride(p.page_size, p.k_seq_stride) &&
+                         fa2_copy_engine_stride(p.heads_kv, p.k_head_stride) &&
+                         fa2_copy_engine_stride(p.num_pages, p.v_batch_stride) &&
+                         fa2_copy_engine_stride(p.page_size, p.v_seq_stride) &&
+                         fa2_copy_engine_stride(p.heads_kv, p.v_head_stride);
+    return strides ? rows : 0;
+}
+
 template <typename Elem, int kHeadDim>
 cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 {
@@ -29,8 +46,8 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 
     FwdSm90Args args = {};
     args.p = p;
+    const bool bf16 = p.dtype == FA2_DTYPE_BF16;
     if (!p.page_table) {  // the dense and packed kernels read K and V by the copy engine
-        const bool bf16 = p.dtype == FA2_DTYPE_BF16;
         cudaError_t e = encode_kv_map(&args.k_map, p.k, bf16,
                                       kv_layout(p, p.k_seq_stride, p.k_head_stride,
                                                 p.k_batch_stride),
@@ -40,6 +57,15 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                               kv_layout(p, p.v_seq_stride, p.v_head_stride, p.v_batch_stride),
                               Tr::kBlockN);
         if (e != cudaSuccess) return e;
+    } else if (const int box_rows = paged_box_rows(p, Tr::kBlockN)) {
+        // (head_dim, heads_kv, page rows, pages); a layout the driver refuses keeps cp.async
+        const KvLayout k = {{p.head_dim, p.heads_kv, p.page_size, p.num_pages},
+                            {1, p.k_head_stride, p.k_seq_stride, p.k_batch_stride}};
+        const KvLayout v = {{p.head_dim, p.heads_kv, p.page_size, p.num_pages},
+                            {1, p.v_head_stride, p.v_seq_stride, p.v_batch_stride}};
+        if (encode_kv_map(&args.k_map, p.k, bf16, k, box_rows) == cudaSuccess &&
+            encode_kv_map(&args.v_map, p.v, bf16, v, box_rows) == cudaSuccess)
+            args.page_box_rows = box_rows;
     }
     const bool scored = runs_scored_kernels(p);
     const auto kernel = scored ? (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, true>

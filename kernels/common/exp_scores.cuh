@@ -107,8 +107,8 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
 // dist(n, e): the element's query row + offset - key as a float (ALiBi's distance: a
 // per-row float plus the column's constant, one add); neg_lse_log2 and visible as in
 // exp_scores. kSoftcap: the block's variants include softcap (else pg is P and need not
-// be read).
-template <bool kSoftcap, int kN, typename NegLseLog2, typename Dist, typename Visible,
+// be read). kAlibi: the block's variants include ALiBi (else the distance is not formed).
+template <bool kSoftcap, bool kAlibi, int kN, typename NegLseLog2, typename Dist, typename Visible,
           typename PgStore>
 __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore pg,
                                                   const ScoreVariants &v, bool masked,
@@ -124,7 +124,7 @@ __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore p
                 y = tanh_approx(y * v.tanh_scale);
                 slope = 1.f - y * y;
             }
-            y = fmaf(-v.alibi, fabsf(dist(n, e)), y);
+            if constexpr (kAlibi) y = fmaf(-v.alibi, fabsf(dist(n, e)), y);
             float x = exp2_approx(fmaf(y, v.score_log2, neg_lse_log2(n, e)));
             if (masked && !visible(n, e)) x = 0.f;
             acc[n][e] = x;
@@ -151,7 +151,7 @@ __device__ __forceinline__ auto pg_to_halves(uint32_t (&pg)[kN][2])
 }
 
 // exp_scores_keys_as_rows with the score variants, and pg (pg_to, pg_to_halves).
-template <bool kSoftcap, int kN, typename PgStore>
+template <bool kSoftcap, bool kAlibi, int kN, typename PgStore>
 __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
     float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, int seqlen_q,
     const KeyWindow &win, const float *lse, bool masked, int row0, int key_row, int lane)
@@ -163,7 +163,7 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
     const int col0 = row0 + 2 * (lane & 3);  // queries are columns: + 8n + e % 2
     const float dist0[2] = {static_cast<float>(col0 - key_row) + v.offset,
                             static_cast<float>(col0 - key_row - 8) + v.offset};
-    exp_scores_scored<kSoftcap>(
+    exp_scores_scored<kSoftcap, kAlibi>(
         acc, pg, v, masked,
         [&](int n, int e) { return -lse[n * 8 + 2 * (lane & 3) + (e & 1)] * kLog2e; },
         [&](int n, int e) { return dist0[e >> 1] + static_cast<float>(n * 8 + (e & 1)); },
@@ -172,22 +172,26 @@ __device__ __forceinline__ void exp_scores_keys_as_rows_scored(
         });
 }
 
-// exp_scores_keys_as_rows_scored with softcap taken from v (block-uniform).
+// exp_scores_keys_as_rows_scored with softcap and ALiBi taken from v (block-uniform; the
+// scored kernels run with at least one of them).
 template <int kN, typename PgStore>
 __device__ __forceinline__ void exp_scores_keys_as_rows_variants(
     float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, int seqlen_q,
     const KeyWindow &win, const float *lse, bool masked, int row0, int key_row, int lane)
 {
-    if (v.tanh_scale != 0.f)
-        exp_scores_keys_as_rows_scored<true>(acc, pg, v, seqlen_q, win, lse, masked, row0,
-                                             key_row, lane);
+    if (v.tanh_scale == 0.f)
+        exp_scores_keys_as_rows_scored<false, true>(acc, pg, v, seqlen_q, win, lse, masked,
+                                                    row0, key_row, lane);
+    else if (v.alibi != 0.f)
+        exp_scores_keys_as_rows_scored<true, true>(acc, pg, v, seqlen_q, win, lse, masked,
+                                                   row0, key_row, lane);
     else
-        exp_scores_keys_as_rows_scored<false>(acc, pg, v, seqlen_q, win, lse, masked, row0,
-                                              key_row, lane);
+        exp_scores_keys_as_rows_scored<true, false>(acc, pg, v, seqlen_q, win, lse, masked,
+                                                    row0, key_row, lane);
 }
 
 // exp_scores_queries_as_rows with the score variants, and pg.
-template <bool kSoftcap, int kN, typename PgStore>
+template <bool kSoftcap, bool kAlibi, int kN, typename PgStore>
 __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
     float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, const KeyWindow &win,
     const float (&lse_log2)[2], bool masked, int row, int key0, int lane)
@@ -196,24 +200,28 @@ __device__ __forceinline__ void exp_scores_queries_as_rows_scored(
     const ColumnInterval cols[2] = {key_columns(win, row, col0), key_columns(win, row + 8, col0)};
     const float dist0[2] = {static_cast<float>(row - col0) + v.offset,
                             static_cast<float>(row + 8 - col0) + v.offset};
-    exp_scores_scored<kSoftcap>(
+    exp_scores_scored<kSoftcap, kAlibi>(
         acc, pg, v, masked, [&](int, int e) { return -lse_log2[e >> 1]; },
         [&](int n, int e) { return dist0[e >> 1] - static_cast<float>(n * 8 + (e & 1)); },
         [&](int n, int e) { return cols[e >> 1].has(n, e); });
 }
 
-// exp_scores_queries_as_rows_scored with softcap taken from v (block-uniform).
+// exp_scores_queries_as_rows_scored with softcap and ALiBi taken from v (as
+// exp_scores_keys_as_rows_variants).
 template <int kN, typename PgStore>
 __device__ __forceinline__ void exp_scores_queries_as_rows_variants(
     float (&acc)[kN][4], PgStore pg, const ScoreVariants &v, const KeyWindow &win,
     const float (&lse_log2)[2], bool masked, int row, int key0, int lane)
 {
-    if (v.tanh_scale != 0.f)
-        exp_scores_queries_as_rows_scored<true>(acc, pg, v, win, lse_log2, masked, row, key0,
-                                                lane);
+    if (v.tanh_scale == 0.f)
+        exp_scores_queries_as_rows_scored<false, true>(acc, pg, v, win, lse_log2, masked, row,
+                                                       key0, lane);
+    else if (v.alibi != 0.f)
+        exp_scores_queries_as_rows_scored<true, true>(acc, pg, v, win, lse_log2, masked, row,
+                                                      key0, lane);
     else
-        exp_scores_queries_as_rows_scored<false>(acc, pg, v, win, lse_log2, masked, row, key0,
-                                                 lane);
+        exp_scores_queries_as_rows_scored<true, false>(acc, pg, v, win, lse_log2, masked, row,
+                                                       key0, lane);
 }
 
 // dSᵀ = P ∘ (dPᵀ − D) in place on a keys-as-rows tile (columns are queries, D of this

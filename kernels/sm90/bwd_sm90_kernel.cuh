@@ -248,9 +248,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                     // and P to its A operand at once, so that no third fp32 tile stays
                     // next to dPᵀ and the dK/dV accumulators
                     uint32_t pg_h[kN][2];
-                    exp_scores_keys_as_rows_scored<true>(st, pg_to_halves(pg_h), v,
-                                                         b.seq.seqlen_q, win, lse, masked, row0,
-                                                         key_row, lane);
+                    if (v.alibi != 0.f)
+                        exp_scores_keys_as_rows_scored<true, true>(st, pg_to_halves(pg_h), v,
+                                                                   b.seq.seqlen_q, win, lse,
+                                                                   masked, row0, key_row, lane);
+                    else
+                        exp_scores_keys_as_rows_scored<true, false>(st, pg_to_halves(pg_h), v,
+                                                                    b.seq.seqlen_q, win, lse,
+                                                                    masked, row0, key_row, lane);
 #pragma unroll
                     for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(pa[kk], st, kk);
                     wgmma_wait<0>();
@@ -266,8 +271,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                 } else {
                     // pg is P: made while dPᵀ runs, as the plain kernel does
                     float pg[kN][4];
-                    exp_scores_keys_as_rows_scored<false>(st, pg_to(pg), v, b.seq.seqlen_q, win,
-                                                          lse, masked, row0, key_row, lane);
+                    exp_scores_keys_as_rows_scored<false, true>(st, pg_to(pg), v,
+                                                                b.seq.seqlen_q, win, lse, masked,
+                                                                row0, key_row, lane);
                     wgmma_wait<0>();
                     reg_fence(dpt);
                     ds_keys_as_rows(dpt, pg, dsum, lane);  // dSᵀ

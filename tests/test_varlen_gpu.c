@@ -380,6 +380,14 @@ static int run_case(long index, const varlen_case_t *c)
     fill_rounded(qv, qb, nq, &rng, c->dtype);
     fill_rounded(kv, kb, nk, &rng, c->dtype);
     fill_rounded(vv, vb, nk, &rng, c->dtype);
+    /* K/V rows no sequence uses (past a sequence's seqused_k, the spare rows) hold NaN,
+     * as an engine's stale rows may: no kernel may let them reach an output. */
+    for (int b = 0; b <= n; ++b) {
+        const int64_t first = b < n ? cu_k[b] + c->len_k[b] : cu_k[n];
+        const int64_t end = b < n ? cu_k[b + 1] : total_k;
+        for (int64_t x = first * hkv * d; x < end * hkv * d; ++x)
+            kb[x] = vb[x] = 0xFFFFu;
+    }
     float slopes[16], sinks[16];
     const oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
 
@@ -1007,6 +1015,20 @@ static int run_paged_case(long index, const paged_case_t *c)
     fill_rounded(qv, qb, nq, &rng, c->dtype);
     fill_rounded(kv, kb, nk, &rng, c->dtype);
     fill_rounded(vv, vb, nk, &rng, c->dtype);
+    /* Cache rows no sequence's keys reach (a last page's tail, the pages no table names,
+     * page padding) hold NaN, as an engine's stale rows may: they must not reach O. */
+    unsigned char *row_used = calloc((size_t)(num_pages * ps), 1);
+    assert_true(row_used);
+    for (int b = 0; b < n; ++b)
+        for (int64_t j = 0; j < c->len_k[b]; ++j)
+            row_used[table[b * pages_per_seq + j / ps] * ps + j % ps] = 1;
+    for (int64_t pg = 0; pg < num_pages; ++pg)
+        for (int64_t x = 0; x < page_stride; ++x) {
+            const int64_t r = x / (hkv * d);
+            if (r >= ps || !row_used[pg * ps + r])
+                kb[pg * page_stride + x] = vb[pg * page_stride + x] = 0xFFFFu;
+        }
+    free(row_used);
     float slopes[16], sinks[16];
     const oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),

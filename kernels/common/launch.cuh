@@ -17,24 +17,29 @@ namespace fa2 {
 
 using DriverSetAttribute = CUresult (*)(CUfunction, CUfunction_attribute, int);
 
-// cuFuncSetAttribute, looked up once per translation unit (no link to the driver
-// library); NULL if missing. Internal linkage: no symbol shared between objects.
+// A driver function through the runtime's entry point (no link to the driver library);
+// NULL if missing.
+template <typename Fn>
+static inline Fn driver_entry_point(const char *name)
+{
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &found);
+#endif
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(p)
+                                                                     : nullptr;
+}
+
+// cuFuncSetAttribute, looked up once per translation unit; NULL if missing. Internal
+// linkage: no symbol shared between objects.
 static inline DriverSetAttribute driver_set_attribute()
 {
-    static const DriverSetAttribute fn = [] {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuFuncSetAttribute", &p, 12000,
-                                                               cudaEnableDefault, &found);
-#else
-        const cudaError_t e =
-            cudaGetDriverEntryPoint("cuFuncSetAttribute", &p, cudaEnableDefault, &found);
-#endif
-        return e == cudaSuccess && found == cudaDriverEntryPointSuccess
-                   ? reinterpret_cast<DriverSetAttribute>(p)
-                   : nullptr;
-    }();
+    static const DriverSetAttribute fn =
+        driver_entry_point<DriverSetAttribute>("cuFuncSetAttribute");
     return fn;
 }
 

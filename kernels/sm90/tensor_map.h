@@ -1,8 +1,8 @@
 // Host side of the copy engine: a K or V tensor as a 4-D tensor map for the Hopper
 // forward's tiles, (head_dim, heads, rows, outer) innermost first, box (64 columns,
 // 1 head, box_rows rows, 1) in wgmma's 128-byte swizzled panels, zeros outside the
-// tensor. cuTensorMapEncodeTiled comes through the runtime's driver entry point (no
-// link to the driver library). The planner sends a layout here only when the copy
+// tensor. cuTensorMapEncodeTiled comes through the runtime's driver entry point
+// (common/launch.cuh). The planner sends a layout here only when the copy
 // engine can read it (fa2_kv_copy_engine_ready in src/).
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/fault_hook.h"
+#include "common/launch.cuh"
 
 namespace fa2 {
 
@@ -23,20 +24,8 @@ using DriverEncodeTiled = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuin
 // cuTensorMapEncodeTiled, looked up once per translation unit; NULL if missing.
 static inline DriverEncodeTiled driver_encode_tiled()
 {
-    static const DriverEncodeTiled fn = [] {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-        const cudaError_t e = cudaGetDriverEntryPointByVersion(
-            "cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
-#else
-        const cudaError_t e =
-            cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
-#endif
-        return e == cudaSuccess && found == cudaDriverEntryPointSuccess
-                   ? reinterpret_cast<DriverEncodeTiled>(p)
-                   : nullptr;
-    }();
+    static const DriverEncodeTiled fn =
+        driver_entry_point<DriverEncodeTiled>("cuTensorMapEncodeTiled");
     return fn;
 }
 

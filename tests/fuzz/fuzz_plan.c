@@ -107,6 +107,24 @@ static int in_fwd_sm90_table(int64_t bucket)
     return found;
 }
 
+/* 1 when the Hopper forward's copy engine can read the problem's K and V, modelled
+ * here apart from the library: every K/V dimension of more than one index steps a
+ * stride in (0, 2^39) elements; a paged cache always (pages it cannot take are copied
+ * otherwise). */
+static int kv_copy_engine_model(const fa2_problem_t *p)
+{
+    if (p->page_size)
+        return 1;
+    const int64_t extent[3] = {p->total_q ? 1 : p->batch, p->total_q ? p->total_k : p->seqlen_k,
+                               p->heads_kv};
+    const int64_t stride[6] = {p->k_batch_stride, p->k_seq_stride, p->k_head_stride,
+                               p->v_batch_stride, p->v_seq_stride, p->v_head_stride};
+    for (int i = 0; i < 6; ++i)
+        if (extent[i % 3] > 1 && !(stride[i] > 0 && stride[i] < ((int64_t)1 << 39)))
+            return 0;
+    return 1;
+}
+
 /* 1 when the Hopper dK/dV table has a row for `bucket` (rows are (d, warpgroups,
  * block_m[, more]): only the first column is read). */
 static int in_bwd_sm90_table(int64_t bucket)
@@ -278,11 +296,13 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(pl->fwd_arch == 80 || hopper);
         CHECK(pl->bwd_arch == 80 || hopper);
 #if defined(FA2_WITH_SM90A)
-        CHECK((pl->fwd_arch == 90) == (hopper && in_fwd_sm90_table(pl->head_dim_bucket)));
+        CHECK((pl->fwd_arch == 90) == (hopper && in_fwd_sm90_table(pl->head_dim_bucket) &&
+                                       kv_copy_engine_model(&pl->problem)));
         CHECK((pl->bwd_arch == 90) == (hopper && in_bwd_sm90_table(pl->head_dim_bucket)));
 #else
         CHECK(pl->fwd_arch == 80 && pl->bwd_arch == 80);
         (void)in_fwd_sm90_table;
+        (void)kv_copy_engine_model;
         (void)in_bwd_sm90_table;
 #endif
         /* Hopper tiles: 64 rows per warpgroup (wgmma's M), 4 warps per warpgroup */

@@ -1,5 +1,6 @@
 /* The Hopper wgmma building blocks (kernels/sm90/wgmma.cuh) in isolation: descriptors for
- * K-major and MN-major panel tiles, A from shared memory and from registers. Skips
+ * K-major and MN-major panel tiles, A from shared memory and from registers; and the
+ * copy engine's tiles (sm90/tma.cuh, tensor_map.h) byte for byte against cp.async's. Skips
  * (77) without an sm_90 device; registered only in builds with sm_90a code. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
+#include "tma_probe.h"
 #include "wgmma_probe.h"
 
 static void check_mode(int mode, const char *what)
@@ -49,6 +51,26 @@ static void test_rs_mn_major(void **state)
     check_mode(3, "A registers, B MN-major (O += P V)");
 }
 
+static void check_tma(int paged, const char *what)
+{
+    long diff = -1;
+    assert_int_equal(fa2_tma_probe(paged, &diff), 0);
+    printf("copy engine %-38s %ld bytes differ from cp.async's\n", what, diff);
+    assert_int_equal(diff, 0);
+}
+
+static void test_tma_dense_tile(void **state)
+{
+    (void)state;
+    check_tma(0, "(tile past the tensor's rows)");
+}
+
+static void test_tma_paged_tile(void **state)
+{
+    (void)state;
+    check_tma(1, "(eight 16-row pages)");
+}
+
 int main(void)
 {
     int n = 0, major = 0, minor = 0;
@@ -57,6 +79,8 @@ int main(void)
         cmocka_unit_test(test_ss_mn_major),
         cmocka_unit_test(test_rs_k_major),
         cmocka_unit_test(test_rs_mn_major),
+        cmocka_unit_test(test_tma_dense_tile),
+        cmocka_unit_test(test_tma_paged_tile),
     };
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("SKIP: no CUDA device\n");

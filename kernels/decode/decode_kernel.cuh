@@ -74,8 +74,8 @@ __device__ __forceinline__ int64_t accum_row(const fa2_params_t &p, const Sequen
                           : static_cast<int64_t>(s.batch) * p.seqlen_q + token;
 }
 
-// kScored: softcap or ALiBi (include/fa2.h) on; the scores are
-// then natural-unit logits and the softmax's scale is log2(e).
+// kScored: softcap or ALiBi (include/fa2.h) on; the scores are then natural-unit
+// logits and the softmax's scale is log2(e).
 template <typename Tr, int kMode, bool kScored>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_params_t p)
 {

@@ -376,10 +376,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
 
     float inv_sum[1][2], lse[1][2];
-    if constexpr (kScored)
-        softmax.finish_with_sink(variants.score_log2, sink_log2(p, head), inv_sum, lse);
-    else if (p.sinks)  // block-uniform, once per tile: sinks alone take the plain kernel
-        softmax.finish_with_sink(p.scale_log2, sink_log2(p, head), inv_sum, lse);
+    if (kScored || p.sinks)  // block-uniform, once per tile (sink_log2: -inf without sinks)
+        softmax.finish_with_sink(kScored ? variants.score_log2 : p.scale_log2,
+                                 sink_log2(p, head), inv_sum, lse);
     else
         softmax.finish(p.scale_log2, inv_sum, lse);
 

@@ -14,8 +14,9 @@
 // Checked, on rows and keys sampled with the extremes (first and last rows, tiles and
 // key blocks, keys at the diagonal and the window edges +-1):
 //  (a) visible(), visible_flat(), a row's key_range and a key's query_range (the
-//      masks' intervals, common/mask.cuh and exp_scores.cuh) equal the model; rows past seqlen_q that the kernels' last tile also evaluates (results
-//      unused) only run, for overflow;
+//      masks' intervals, common/mask.cuh and exp_scores.cuh) equal the model; rows past
+//      seqlen_q that the kernels' last tile also evaluates (results unused) only run,
+//      for overflow;
 //  (b) tile_key_blocks (query_tile): [n_first, n_end) is exactly the key blocks from
 //      the tile's first visible key to its last one, n_end <= n_first when it sees none;
 //  (c) block_needs_mask is false exactly when every (row, key) of the row block x key

@@ -48,6 +48,17 @@ struct OnlineSoftmax {
     __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                            float (&o)[kMTiles][kDTiles][4], float scale_log2)
     {
+        float alpha[kMTiles][2];
+        update_deferred<kNTiles, kHalves>(s, scale_log2, alpha);
+        rescale<kDTiles, kHalves>(o, alpha);
+    }
+
+    // update() without O's rescale: each row's factor goes to alpha, for a kernel whose
+    // O is still being written by the tensor cores (rescale() once they are done).
+    template <int kNTiles, int kHalves = 2>
+    __device__ __forceinline__ void update_deferred(float (&s)[kMTiles][kNTiles][4],
+                                                    float scale_log2, float (&alpha_out)[kMTiles][2])
+    {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -77,13 +88,25 @@ struct OnlineSoftmax {
                     }
                 }
                 row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
-#pragma unroll
-                for (int dt = 0; dt < kDTiles; ++dt) {
-                    o[mt][dt][2 * h] *= alpha;
-                    o[mt][dt][2 * h + 1] *= alpha;
-                }
+                alpha_out[mt][h] = alpha;
             }
         }
+    }
+
+    // O's rows times update_deferred's factors.
+    template <int kDTiles, int kHalves = 2>
+    __device__ __forceinline__ void rescale(float (&o)[kMTiles][kDTiles][4],
+                                            const float (&alpha)[kMTiles][2])
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < kHalves; ++h)
+#pragma unroll
+                for (int dt = 0; dt < kDTiles; ++dt) {
+                    o[mt][dt][2 * h] *= alpha[mt][h];
+                    o[mt][dt][2 * h + 1] *= alpha[mt][h];
+                }
     }
 
     // After the last block: completes the row sums across the quad, returns 1/sum

@@ -207,77 +207,168 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             }
         }
 
-        for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
-            const int key_first = n_block * Tr::kBlockN;
-            cp_async_wait<0>();  // Q on the first pass (and K(n_block) by cp.async)
-            if (copy_engine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
-            fence_proxy_async();
-            __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
-            load_v(v_smem, key_first);
-            cp_async_commit();
+        if constexpr (kMode != kPagedSeq) {
+            // Tile j's S = Q Kᵀ runs while tile j - 1's P V does: one K buffer, two V
+            // buffers (the shared memory of two K and one V).
+            const int tiles = n_block_end - n_block_min, last_block = n_block_end - 1;
+            const int rows_first = row_first, rows_last = row_last, keys = seq.seqlen_k;
+            const KeyWindow window = win;
+            const auto key_of = [last_block](int j) { return (last_block - j) * Tr::kBlockN; };
+            const auto v_tile = [k_smem](int j) { return k_smem + (1 + (j & 1)) * Tr::kKVBytes; };
+            const auto v_bar = [bars](int j) { return bars + 8 + 8 * (j & 1); };
+            const auto v_phase = [](int j) { return static_cast<uint32_t>((j >> 1) & 1); };
+            copy_tile(&args.v_map, v_tile(0), v_bar(0), key_of(0));
+            if (tiles > 1) copy_tile(&args.v_map, v_tile(1), v_bar(1), key_of(1));
 
-            float s[1][Tr::kNTiles][4];
-            // Step-0 descriptors, built here each pass (opaque: not hoisted and held
-            // in registers); the k steps add constants.
-            const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
-            const uint64_t k_desc =
-                desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, 0);
-            wgmma_fence();
+            const auto issue_s = [&](float (&s)[1][Tr::kNTiles][4]) {
+                const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
+                const uint64_t k_desc = desc_k_major<Tr::kBlockN>(opaque(k_smem), 0, 0);
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
-                wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
-                                     k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
-            wgmma_commit();
-            // The next K tile is copied while the tensor cores compute S (into the buffer
-            // S does not read).
-            const bool prefetch = n_block > n_block_min;
-            if (prefetch) {
-                load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN, it + 1);
-                cp_async_commit();
-                advance_pages(key_first - Tr::kBlockN);
-            }
-            wgmma_wait<0>();
-            reg_fence(s[0]);
-
-            if constexpr (kScored)
-                apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first, lane);
-            if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
-                apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
-            if constexpr (kScored)
-                softmax.update(s, o, variants.score_log2);
-            else
-                softmax.update(s, o, p.scale_log2);
+                for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
+                    wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
+                                         k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
+                wgmma_commit();
+            };
+            // P of tile j in s (fp32); O's rescale factors to alpha, applied once the
+            // previous tile's P V is done.
+            const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
+                                           float (&alpha)[1][2]) {
+                if constexpr (kScored)
+                    apply_score_variants<Tr>(s, variants, rows_first + warp * 16, key_first, lane);
+                if (window.block_needs_mask(rows_first, rows_last, key_first,
+                                            key_first + Tr::kBlockN - 1))
+                    apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);
+                softmax.update_deferred(s, kScored ? variants.score_log2 : p.scale_log2, alpha);
+            };
             uint32_t pa[Tr::kBlockN / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
-
-            if (copy_engine) {
-                mbarrier_wait(v_full, it & 1);  // V(n_block)
-                // A packed sequence's or a last page's rows past the keys hold other
-                // values, which P's zeros there must not meet as inf or NaN: zeroed (a
-                // dense batch's are outside the tensor map, zeros already).
-                if (kMode != kDenseSeq && key_first + Tr::kBlockN > seq.seqlen_k) {
-                    zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(
-                        v_smem, seq.seqlen_k - key_first, tid, Tr::kThreads);
+            const auto issue_pv = [&](int j) {
+                mbarrier_wait(v_bar(j), v_phase(j));
+                // A packed sequence's V rows past its keys (tile 0's) hold other values,
+                // which P's zeros there must not meet as inf or NaN: zeroed.
+                if (kMode == kPackedSeq && j == 0 && key_of(0) + Tr::kBlockN > keys) {
+                    zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(v_tile(0), keys - key_of(0),
+                                                                   tid, Tr::kThreads);
                     fence_proxy_async();
                     __syncthreads();
                 }
-            } else {
-                if (prefetch)
-                    cp_async_wait<1>();  // V(n_block); K(n_block - 1) may still fly
-                else
-                    cp_async_wait<0>();
-                fence_proxy_async();
-                __syncthreads();
-            }
-            wgmma_fence();
-            const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_smem), 0);
+                wgmma_fence();
+                const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_tile(j)), 0);
 #pragma unroll
-            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
-            wgmma_commit();
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
+                wgmma_commit();
+            };
+
+            cp_async_wait<0>();  // Q
+            mbarrier_wait(bars, 0);  // K of tile 0
+            fence_proxy_async();
+            __syncthreads();
+            {
+                float s[1][Tr::kNTiles][4], alpha[1][2];
+                issue_s(s);
+                wgmma_wait<0>();
+                reg_fence(s[0]);
+                __syncthreads();  // every warp's S read K: the buffer takes tile 1's
+                if (tiles > 1) copy_tile(&args.k_map, k_smem, bars, key_of(1));
+                probabilities(s, key_of(0), alpha);  // O is 0: no rescale
+#pragma unroll
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+            }
+            for (int j = 1; j < tiles; ++j) {
+                float s[1][Tr::kNTiles][4], alpha[1][2];
+                mbarrier_wait(bars, j & 1);  // K of tile j
+                issue_s(s);
+                issue_pv(j - 1);
+                wgmma_wait<1>();  // S; the P V may still run
+                reg_fence(s[0]);
+                __syncthreads();  // every warp's S read K
+                if (j + 1 < tiles) copy_tile(&args.k_map, k_smem, bars, key_of(j + 1));
+                probabilities(s, key_of(j), alpha);
+                wgmma_wait<0>();  // tile j - 1's P V
+                reg_fence(o[0]);
+                softmax.rescale(o, alpha);
+                __syncthreads();  // every warp's P V read V(j - 1): its buffer takes tile j + 1's
+                if (j + 1 < tiles) copy_tile(&args.v_map, v_tile(j + 1), v_bar(j + 1), key_of(j + 1));
+#pragma unroll
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+            }
+            issue_pv(tiles - 1);
             wgmma_wait<0>();
             reg_fence(o[0]);
+        } else {
+            for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
+                const int key_first = n_block * Tr::kBlockN;
+                cp_async_wait<0>();  // Q on the first pass (and K(n_block) by cp.async)
+                if (copy_engine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
+                fence_proxy_async();
+                __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
+                load_v(v_smem, key_first);
+                cp_async_commit();
+
+                float s[1][Tr::kNTiles][4];
+                // Step-0 descriptors, built here each pass (opaque: not hoisted and held
+                // in registers); the k steps add constants.
+                const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
+                const uint64_t k_desc =
+                    desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, 0);
+                wgmma_fence();
+    #pragma unroll
+                for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
+                    wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
+                                         k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
+                wgmma_commit();
+                // The next K tile is copied while the tensor cores compute S (into the buffer
+                // S does not read).
+                const bool prefetch = n_block > n_block_min;
+                if (prefetch) {
+                    load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN, it + 1);
+                    cp_async_commit();
+                    advance_pages(key_first - Tr::kBlockN);
+                }
+                wgmma_wait<0>();
+                reg_fence(s[0]);
+
+                if constexpr (kScored)
+                    apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first, lane);
+                if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
+                    apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
+                if constexpr (kScored)
+                    softmax.update(s, o, variants.score_log2);
+                else
+                    softmax.update(s, o, p.scale_log2);
+                uint32_t pa[Tr::kBlockN / 16][4];
+    #pragma unroll
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+
+                if (copy_engine) {
+                    mbarrier_wait(v_full, it & 1);  // V(n_block)
+                    // A packed sequence's or a last page's rows past the keys hold other
+                    // values, which P's zeros there must not meet as inf or NaN: zeroed (a
+                    // dense batch's are outside the tensor map, zeros already).
+                    if (kMode != kDenseSeq && key_first + Tr::kBlockN > seq.seqlen_k) {
+                        zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(
+                            v_smem, seq.seqlen_k - key_first, tid, Tr::kThreads);
+                        fence_proxy_async();
+                        __syncthreads();
+                    }
+                } else {
+                    if (prefetch)
+                        cp_async_wait<1>();  // V(n_block); K(n_block - 1) may still fly
+                    else
+                        cp_async_wait<0>();
+                    fence_proxy_async();
+                    __syncthreads();
+                }
+                wgmma_fence();
+                const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_smem), 0);
+    #pragma unroll
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
+                wgmma_commit();
+                wgmma_wait<0>();
+                reg_fence(o[0]);
+            }
         }
     } else if constexpr (kMode != kDenseSeq) {
         if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid))

@@ -80,6 +80,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #if defined(FA2_SM90A)
     const fa2_params_t &p = args.p;
     const bool copy_engine = kMode != kPagedSeq || args.page_box_rows > 0;
+    // S of tile j overlaps P V of tile j - 1 in the dense and packed kernels, plain scores
+    // and head dims to 128 (measured slower with the score variants' registers and at 256).
+    constexpr bool kOverlapped = kMode != kPagedSeq && !kScored && Tr::kHeadDim <= 128;
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -207,7 +210,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             }
         }
 
-        if constexpr (kMode != kPagedSeq) {
+        if constexpr (kOverlapped) {
             // Tile j's S = Q Kᵀ runs while tile j - 1's P V does: one K buffer, two V
             // buffers (the shared memory of two K and one V).
             const int tiles = n_block_end - n_block_min, last_block = n_block_end - 1;
@@ -313,7 +316,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 const uint64_t k_desc =
                     desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, 0);
                 wgmma_fence();
-    #pragma unroll
+#pragma unroll
                 for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
                     wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
                                          k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 else
                     softmax.update(s, o, p.scale_log2);
                 uint32_t pa[Tr::kBlockN / 16][4];
-    #pragma unroll
+#pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
 
                 if (copy_engine) {
@@ -362,7 +365,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 }
                 wgmma_fence();
                 const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_smem), 0);
-    #pragma unroll
+#pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
                     wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
                 wgmma_commit();

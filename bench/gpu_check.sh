@@ -22,7 +22,8 @@
 #                    itself (the harness's own noise); ab-noise.log
 #   FA2_VARLEN=1     also run bench/varlen_compare.py (packed and paged batches against
 #                    PyTorch's varlen kernel and libfa2's dense one, paged decode steps;
-#                    with FA2_BASELINE those A/B against the baseline); varlen.log
+#                    with FA2_BASELINE those A/B against the baseline); varlen.log;
+#   FA2_VARLEN_ARGS  its extra arguments, e.g. "--pages 16,32,64"
 #   FA2_DECODE=1     also run bench/decode_compare.py (decode steps against SDPA flash and
 #                    cuDNN, and the copy bandwidth); decode.log
 #   FA2_COMBINE=1    also run bench/combine_compare.py (fa2_combine on engine-like shapes;
@@ -129,9 +130,10 @@ fi
 
 if [ "${FA2_VARLEN:-0}" = 1 ]; then
     : >"$OUT/varlen.log"
-    # shellcheck disable=SC2046  # with FA2_BASELINE: every row A/B against it
+    # shellcheck disable=SC2046,SC2086  # with FA2_BASELINE: every row A/B against it
     run_step varlen "$OUT/varlen.log" python3 bench/varlen_compare.py --lib "$BUILD/libfa2.so" \
-        --csv "$OUT/varlen.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
+        --csv "$OUT/varlen.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so) \
+        ${FA2_VARLEN_ARGS:-}
 fi
 
 if [ "${FA2_COMBINE:-0}" = 1 ]; then

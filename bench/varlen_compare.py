@@ -151,6 +151,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on every row "
                     "(same binding: the structs must match)")
+    ap.add_argument("--pages", default="16,64", help="page sizes of the paged rows")
     args = ap.parse_args()
     lib = fa2lib.load_library(args.lib)
     base = fa2lib.load_library(args.base_lib) if args.base_lib else None
@@ -190,7 +191,7 @@ def main():
     # order (a fresh prefill's): the same page lookups, without the addresses' scatter.
     # Timed in alternation for ROUNDS rounds (clock drift hits all alike); the ratio is
     # of the medians, the spread the range of the per-round ratios.
-    for page in (16, 64):
+    for page in (int(x) for x in args.pages.split(",")):
         lens = [rng.randint(512, 8192) for _ in range(16)]
         cu, q, k, v = packed_inputs(lens, dt)
         used = torch.tensor(lens, dtype=torch.int32, device="cuda")

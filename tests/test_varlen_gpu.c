@@ -16,7 +16,8 @@
  * (check_backward). Then paged K/V caches (run_paged_case): page sizes 1, 16, 17, 32, 64
  * and 256, shuffled and shared pages, padded pages, the score variants; a paged cache at
  * the edge of the kernels' 32-bit row indices (run_paged_row_limit). Then the accepted
- * limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows;
+ * limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows, and a
+ * batch without keys (total_k = 0);
  * hostile metadata (run_hostile): each check failed once, recorded for the right
  * sequence, whose rows stay untouched while the intact ones match a clean run bit for
  * bit. Every call's metadata records are checked (records_ok).
@@ -514,7 +515,7 @@ static const varlen_case_t cases[] = {
      {100, 1, 250, 33}, {37, 500, 250, 1}, 0, 0, -1, 1, 1},
 };
 
-/* ---- the accepted limits: total_q, total_k = 2^31 - 1 --------------------------------- */
+/* ---- the accepted limits: total_q, total_k = 2^31 - 1; total_k = 0 -------------------- */
 
 typedef struct limit_case_t {
     const char *name;
@@ -527,7 +528,7 @@ typedef struct limit_case_t {
 } limit_case_t;
 
 /* A packed batch at the largest total_q or total_k fa2_plan accepts, with sequences
- * at the very end of the rows. Q, K and V repeat one random row (row stride 0), so every
+ * at the very end of the rows, or with no keys at all. Q, K and V repeat one random row (row stride 0), so every
  * score of a row is the same: O = v and LSE = s + ln(keys the row sees), exactly
  * computable. O and the LSE (poisoned) are real: rows outside the sequences must stay
  * poisoned (a skipped sequence's and the spare rows, sampled). V's values are signed
@@ -669,6 +670,10 @@ static const limit_case_t limit_cases[] = {
     /* K/V at 2^31 - 1 rows on the Hopper kernels (d = 64), Q small with spare rows */
     {"rows of K, Hopper kernels", 64, 2000, MAX_ROWS, 1000, 2, {0, 300, 1300},
      {0, MAX_ROWS - 5000}, {300, 5000}},
+    /* total_k = 0, its lower limit: no keys in the batch (the Hopper kernels make no
+     * tensor map then), every row O = 0 and LSE = -inf */
+    {"no keys, Hopper kernels", 64, 100, 0, 1000, 2, {0, 5, 40}, {0, 0}, {0, 0}},
+    {"no keys, mma.sync kernels", 8, 100, 0, 1000, 2, {0, 17, 60}, {0, 0}, {0, 0}},
 };
 
 static void test_packed_limits(void **state)

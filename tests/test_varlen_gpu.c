@@ -528,11 +528,12 @@ typedef struct limit_case_t {
 } limit_case_t;
 
 /* A packed batch at the largest total_q or total_k fa2_plan accepts, with sequences
- * at the very end of the rows, or with no keys at all. Q, K and V repeat one random row (row stride 0), so every
- * score of a row is the same: O = v and LSE = s + ln(keys the row sees), exactly
- * computable. O and the LSE (poisoned) are real: rows outside the sequences must stay
- * poisoned (a skipped sequence's and the spare rows, sampled). V's values are signed
- * powers of two, so that a sum of 2^22 of them is exact in fp32. Causal, bottom-right.
+ * at the very end of the rows, or with no keys at all. Q, K and V repeat one random row
+ * (row stride 0), so every score of a row is the same: O = v and LSE = s + ln(keys the
+ * row sees), exactly computable (O = 0, LSE = -inf for a row that sees none). O and the
+ * LSE (poisoned) are real: rows outside the sequences must stay poisoned (a skipped
+ * sequence's and the spare rows, sampled). V's values are signed powers of two, so that
+ * a sum of 2^22 of them is exact in fp32. Causal, bottom-right.
  * 1: passed, 0: failed, 2: skipped (not enough device memory). */
 static int run_limit_case(long index, const limit_case_t *c)
 {
@@ -672,8 +673,8 @@ static const limit_case_t limit_cases[] = {
      {0, MAX_ROWS - 5000}, {300, 5000}},
     /* total_k = 0, its lower limit: no keys in the batch (the Hopper kernels make no
      * tensor map then), every row O = 0 and LSE = -inf */
-    {"no keys, Hopper kernels", 64, 100, 0, 1000, 2, {0, 5, 40}, {0, 0}, {0, 0}},
-    {"no keys, mma.sync kernels", 8, 100, 0, 1000, 2, {0, 17, 60}, {0, 0}, {0, 0}},
+    {"no keys, Hopper kernels", 64, 100, 0, 64, 2, {0, 5, 40}, {0, 0}, {0, 0}},
+    {"no keys, mma.sync kernels", 8, 100, 0, 64, 2, {0, 17, 60}, {0, 0}, {0, 0}},
 };
 
 static void test_packed_limits(void **state)

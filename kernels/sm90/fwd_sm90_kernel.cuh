@@ -70,16 +70,17 @@ struct FwdSm90Args {
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScored: softcap or ALiBi on (common/score_variants.cuh); sinks alone run the plain
 // instance, which adds the sink at the end.
-// K/V tiles come by the copy engine (thread 0 issues a tile's boxes, or warp 0's lanes a
-// paged tile's, one page each; an mbarrier counts the bytes), or for paged layouts the
-// copy engine cannot take (args.page_box_rows = 0) by cp.async from every thread.
-template <typename Tr, int kMode, bool kScored>
+// kCopyEngine: K/V tiles come by the copy engine (thread 0 issues a tile's boxes, or warp
+// 0's lanes a paged tile's, one page each; an mbarrier counts the bytes); false (paged
+// only: args.page_box_rows = 0) by cp.async from every thread. Two paged instances, so
+// that neither carries the other's code.
+template <typename Tr, int kMode, bool kScored, bool kCopyEngine>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args)
 {
 #if defined(FA2_SM90A)
+    static_assert(kCopyEngine || kMode == kPagedSeq, "dense and packed K/V by the copy engine");
     const fa2_params_t &p = args.p;
-    const bool copy_engine = kMode != kPagedSeq || args.page_box_rows > 0;
     // S of tile j overlaps P V of tile j - 1 in the dense and packed kernels, plain scores
     // and head dims to 128 (measured slower with the score variants' registers and at 256).
     constexpr bool kOverlapped = kMode != kPagedSeq && !kScored && Tr::kHeadDim <= 128;
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // (By the copy engine: warp 0's lane j holds the page id of the tile's j-th box.)
     auto fetch_page = [&, seq = seq, kv_head = kv_head](int key_first) {
         const PagedRows<Elem> rows = paged_rows<Elem, false>(p, seq, kv_head);
-        if (args.page_box_rows > 0) {
+        if constexpr (kCopyEngine) {
             const int key = key_first + lane * args.page_box_rows;
             return warp == 0 && key < min(seq.seqlen_k, key_first + Tr::kBlockN)
                        ? rows.page_of(key)
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first, int it) {
         if constexpr (kMode != kPagedSeq)
             copy_tile(&args.k_map, dst, k_full(it), key_first);
-        else if (args.page_box_rows > 0)
+        else if constexpr (kCopyEngine)
             copy_paged_tile(&args.k_map, dst, k_full(it), key_first, k_page);
         else
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, false>(p, seq, kv_head), k_page,
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode != kPagedSeq)
             copy_tile(&args.v_map, dst, v_full, key_first);
-        else if (args.page_box_rows > 0)
+        else if constexpr (kCopyEngine)
             copy_paged_tile(&args.v_map, dst, v_full, key_first, v_page);
         else
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, true>(p, seq, kv_head), v_page,
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     [[maybe_unused]] ScoreVariants variants{};
     if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
 
-    if (copy_engine) {
+    if constexpr (kCopyEngine) {
         if (tid == 0) {
             mbarrier_init(k_full(0), 1);
             mbarrier_init(k_full(1), 1);
@@ -205,7 +206,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         if constexpr (kMode != kDenseSeq) {
             if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid)) {
                 cp_async_wait<0>();
-                if (copy_engine) mbarrier_wait(k_full(0), 0);
+                if constexpr (kCopyEngine) mbarrier_wait(k_full(0), 0);
                 return;
             }
         }
@@ -292,7 +293,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 reg_fence(o[0]);
                 softmax.rescale(o, alpha);
                 __syncthreads();  // every warp's P V read V(j - 1): its buffer takes tile j + 1's
-                if (j + 1 < tiles) copy_tile(&args.v_map, v_tile(j + 1), v_bar(j + 1), key_of(j + 1));
+                if (j + 1 < tiles)
+                    copy_tile(&args.v_map, v_tile(j + 1), v_bar(j + 1), key_of(j + 1));
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
             }
@@ -303,7 +305,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
                 const int key_first = n_block * Tr::kBlockN;
                 cp_async_wait<0>();  // Q on the first pass (and K(n_block) by cp.async)
-                if (copy_engine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
+                if constexpr (kCopyEngine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
                 fence_proxy_async();
                 __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
                 load_v(v_smem, key_first);
@@ -334,7 +336,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
                 if constexpr (kScored)
                     apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first, lane);
-                if (win.block_needs_mask(row_first, row_last, key_first, key_first + Tr::kBlockN - 1))
+                if (win.block_needs_mask(row_first, row_last, key_first,
+                                         key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
                 if constexpr (kScored)
                     softmax.update(s, o, variants.score_log2);
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
 
-                if (copy_engine) {
+                if constexpr (kCopyEngine) {
                     mbarrier_wait(v_full, it & 1);  // V(n_block)
                     // A packed sequence's or a last page's rows past the keys hold other
                     // values, which P's zeros there must not meet as inf or NaN: zeroed (a

@@ -75,13 +75,15 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             encode_kv_map(&args.v_map, p.v, bf16, v, box_rows) == cudaSuccess)
             args.page_box_rows = box_rows;
     }
-    const bool scored = runs_scored_kernels(p);
-    const auto kernel = scored ? (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, true>
-                                  : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq, true>
-                                                   : fwd_sm90_kernel<Tr, kDenseSeq, true>)
-                               : (p.page_table     ? fwd_sm90_kernel<Tr, kPagedSeq, false>
-                                  : p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kPackedSeq, false>
-                                                   : fwd_sm90_kernel<Tr, kDenseSeq, false>);
+    // [plain, scored][dense, packed, paged by the copy engine, paged by cp.async]
+    using Kernel = decltype(&fwd_sm90_kernel<Tr, kDenseSeq, false, true>);
+    const Kernel kernels[2][4] = {
+        {fwd_sm90_kernel<Tr, kDenseSeq, false, true>, fwd_sm90_kernel<Tr, kPackedSeq, false, true>,
+         fwd_sm90_kernel<Tr, kPagedSeq, false, true>, fwd_sm90_kernel<Tr, kPagedSeq, false, false>},
+        {fwd_sm90_kernel<Tr, kDenseSeq, true, true>, fwd_sm90_kernel<Tr, kPackedSeq, true, true>,
+         fwd_sm90_kernel<Tr, kPagedSeq, true, true>, fwd_sm90_kernel<Tr, kPagedSeq, true, false>}};
+    const int path = !p.page_table ? (p.cu_seqlens_q ? 1 : 0) : (args.page_box_rows > 0 ? 2 : 3);
+    const Kernel kernel = kernels[runs_scored_kernels(p) ? 1 : 0][path];
     return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
 }
 

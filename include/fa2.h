@@ -251,8 +251,8 @@ typedef struct fa2_problem_t {
  * the key tiles): the copy engine then reads whole pages. Elsewhere, fastest when each
  * page stride is a whole number of row strides, the same for K and V (the layout above,
  * or K and V interleaved per page); other strides run on a slower path. A page id of a
- * sequence's keys outside [0, num_pages) fails its check (FA2_VARLEN_PAGE_ID). Forward only (plan->bwd_status =
- * FA2_ERROR_UNSUPPORTED). */
+ * sequence's keys outside [0, num_pages) fails its check (FA2_VARLEN_PAGE_ID). Forward
+ * only (plan->bwd_status = FA2_ERROR_UNSUPPORTED). */
 
 /* The checks a packed batch's device metadata gets, per sequence b, in this order
  * (values pinned). fa2_varlen_check reports the first one a sequence failed. */

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "fa2.h"
-#include "common/params.h" /* fa2_copy_engine_stride */
+#include "common/params.h" /* fa2_copy_engine_kv_strides */
 
 #if defined(__GNUC__)
 #define FA2_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -275,15 +275,12 @@ static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int que
  * byte strides are positive multiples of 16 below 2^40). */
 static inline int fa2_kv_copy_engine_ready(const fa2_problem_t *p)
 {
-    const fa2_layout_dims_t kd = fa2_layout_dims(p, 0);
     if (p->page_size)
         return 1;
-    return fa2_copy_engine_stride(kd.batch, p->k_batch_stride) &&
-           fa2_copy_engine_stride(kd.rows, p->k_seq_stride) &&
-           fa2_copy_engine_stride(p->heads_kv, p->k_head_stride) &&
-           fa2_copy_engine_stride(kd.batch, p->v_batch_stride) &&
-           fa2_copy_engine_stride(kd.rows, p->v_seq_stride) &&
-           fa2_copy_engine_stride(p->heads_kv, p->v_head_stride);
+    const fa2_layout_dims_t kd = fa2_layout_dims(p, 0);
+    return fa2_copy_engine_kv_strides(kd.batch, kd.rows, p->heads_kv, p->k_batch_stride,
+                                      p->k_seq_stride, p->k_head_stride, p->v_batch_stride,
+                                      p->v_seq_stride, p->v_head_stride);
 }
 
 /* Rows of the LSE (and of the backward's per-row statistics): batch * heads_q *

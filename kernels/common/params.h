@@ -123,6 +123,17 @@ static inline int fa2_copy_engine_stride(int64_t extent, int64_t stride)
     return extent <= 1 || (stride > 0 && stride < ((int64_t)1 << 39));
 }
 
+/* fa2_copy_engine_stride for each dimension of K and V laid out (outer, rows, heads):
+ * `outer` sequences or pages of `rows` rows, with these element strides. */
+static inline int fa2_copy_engine_kv_strides(int64_t outer, int64_t rows, int64_t heads,
+                                             int64_t k_outer, int64_t k_row, int64_t k_head,
+                                             int64_t v_outer, int64_t v_row, int64_t v_head)
+{
+    return fa2_copy_engine_stride(outer, k_outer) && fa2_copy_engine_stride(rows, k_row) &&
+           fa2_copy_engine_stride(heads, k_head) && fa2_copy_engine_stride(outer, v_outer) &&
+           fa2_copy_engine_stride(rows, v_row) && fa2_copy_engine_stride(heads, v_head);
+}
+
 /* Launches the forward kernel for p->head_dim_bucket, p->dtype and p->kernel_family on
  * `stream` (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
 int fa2_fwd_launch(const fa2_params_t *p, void *stream);

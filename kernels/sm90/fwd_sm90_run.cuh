@@ -34,13 +34,11 @@ inline int paged_box_rows(const fa2_params_t &p, int block_n)
                                              : block_n % p.page_size == 0;
     const int rows = p.page_size < block_n ? p.page_size : block_n;
     if (!nest || rows % 8 != 0 || rows < kMinPagedBoxRows) return 0;
-    const bool strides = fa2_copy_engine_stride(p.num_pages, p.k_batch_stride) &&
-                         fa2_copy_engine_stride(p.page_size, p.k_seq_stride) &&
-                         fa2_copy_engine_stride(p.heads_kv, p.k_head_stride) &&
-                         fa2_copy_engine_stride(p.num_pages, p.v_batch_stride) &&
-                         fa2_copy_engine_stride(p.page_size, p.v_seq_stride) &&
-                         fa2_copy_engine_stride(p.heads_kv, p.v_head_stride);
-    return strides ? rows : 0;
+    return fa2_copy_engine_kv_strides(p.num_pages, p.page_size, p.heads_kv, p.k_batch_stride,
+                                      p.k_seq_stride, p.k_head_stride, p.v_batch_stride,
+                                      p.v_seq_stride, p.v_head_stride)
+               ? rows
+               : 0;
 }
 
 template <typename Elem, int kHeadDim>

@@ -13,6 +13,8 @@
  *     Three of them stream all 2^22 keys per row (no window; causal with window_left =
  *     2^22 - 1; both windows at 2^31 - 1), where O carries the drift of 2^22 equal fp32
  *     addends (allowed for, see the tolerances; FA2_LIMITS_SKIP_SLOW=1 skips them).
+ *     A broadcast runs the mma.sync kernels (the Hopper ones read K/V by the copy
+ *     engine, which cannot step by 0), so kmax_hopper_* store every row, all equal.
  *   - qmax_*: seqlen_q = 2^22 with Q broadcast and O/LSE real, small random
  *     K/V; rows at the ends, at the mask's transitions and at random checked against a
  *     double reference for those rows. qkmax_*: both lengths 2^22 (Q and K/V broadcast)
@@ -98,7 +100,9 @@ enum {
     F_BWD = 1,      /* run and check the backward */
     F_BCAST_Q = 2,  /* Q broadcast along the sequence (R_ROWS) */
     F_BCAST_KV = 4, /* K and V broadcast along the sequence (R_ROWS) */
-    F_SLOW = 8      /* streams 2^22 keys per row: seconds */
+    F_SLOW = 8,     /* streams 2^22 keys per row: seconds */
+    F_REPEAT_KV = 16 /* K and V stored row by row, every row the same (R_ROWS): the layout
+                        the Hopper kernels' copy engine reads, which a broadcast is not */
 };
 
 typedef struct lcase_t {
@@ -118,6 +122,7 @@ typedef struct lcase_t {
 #define FP FA2_DTYPE_FP16
 #define SMAX FA2_MAX_SOFTMAX_SCALE
 #define KV F_BCAST_KV
+#define RKV F_REPEAT_KV
 #define BQ F_BCAST_Q
 
 /* name, runner, dtype, b, sq, sk, hq, hkv, d, causal, wl, wr, scale, det, flags, gen */
@@ -145,6 +150,14 @@ static const lcase_t cases[] = {
     {"kmax_causal_wl100_gqa", R_ROWS, BF, 1, 300, MAXLEN, 4, 2, 8, 1, 100, -1, 0, 0, KV,
      GEN_UNIFORM},
     {"kmax_wl3_wr5_d256", R_ROWS, FP, 1, 300, MAXLEN, 2, 1, 256, 0, 3, 5, 0, 0, KV, GEN_UNIFORM},
+    /* the same on the Hopper kernels, which read a broadcast on the mma.sync ones: K/V
+     * stored row by row (up to 4 GiB), all rows equal; d = 64 streams every key */
+    {"kmax_hopper_d64_nowindow", R_ROWS, BF, 1, 5, MAXLEN, 2, 1, 64, 0, -1, -1, 0, 0,
+     RKV | F_SLOW, GEN_UNIFORM},
+    {"kmax_hopper_d128_causal_wl100", R_ROWS, FP, 1, 300, MAXLEN, 4, 2, 128, 1, 100, -1, 0, 0,
+     RKV, GEN_UNIFORM},
+    {"kmax_hopper_d256_wl3_wr5", R_ROWS, BF, 1, 300, MAXLEN, 2, 1, 256, 0, 3, 5, 0, 0, RKV,
+     GEN_UNIFORM},
 
     /* seqlen_q = 2^22, Q broadcast, O and LSE real, K/V small and random */
     {"qmax_full", R_ROWS, BF, 1, MAXLEN, 100, 1, 1, 8, 0, -1, -1, 0, 0, BQ, GEN_UNIFORM},
@@ -227,6 +240,8 @@ static const lcase_t cases[] = {
 
     /* backward at seqlen 2^22 (memory permitting) */
     {"bwd_kmax", R_BWD_KMAX, BF, 1, 64, MAXLEN, 1, 1, 8, 1, 40, -1, 0, 0, F_BWD, GEN_UNIFORM},
+    {"bwd_kmax_hopper_d128", R_BWD_KMAX, BF, 1, 64, MAXLEN, 1, 1, 128, 1, 40, -1, 0, 0, F_BWD,
+     GEN_UNIFORM},
     {"bwd_qmax", R_BWD_QMAX, FP, 1, MAXLEN, 100, 1, 1, 8, 1, -1, -1, 0, 1, F_BWD, GEN_UNIFORM},
 };
 
@@ -589,6 +604,8 @@ static void describe(const lcase_t *c, const fa2_problem_t *p)
         printf(" bwd%s", p->deterministic ? " det" : "");
     if (c->flags & (F_BCAST_Q | F_BCAST_KV))
         printf(" broadcast%s%s", c->flags & F_BCAST_Q ? " Q" : "", c->flags & F_BCAST_KV ? " KV" : "");
+    if (c->flags & F_REPEAT_KV)
+        printf(" repeated KV rows");
     fflush(stdout);
 }
 
@@ -1098,6 +1115,7 @@ static int run_rows(const lcase_t *c, double t0)
 {
     fa2_problem_t p = case_problem(c);
     const int bq = (c->flags & F_BCAST_Q) != 0, bkv = (c->flags & F_BCAST_KV) != 0;
+    const int rkv = (c->flags & F_REPEAT_KV) != 0, same_keys = bkv || rkv;
     const int64_t d = p.head_dim, hq = p.heads_q, hkv = p.heads_kv, sq = p.seqlen_q;
     if (bq)
         p.q_batch_stride = 0, p.q_seq_stride = 0, p.q_head_stride = d;
@@ -1111,8 +1129,9 @@ static int run_rows(const lcase_t *c, double t0)
     check_t ck;
     check_init(&ck, 0);
     int pass = 0;
-    const int64_t q_rows = bq ? 1 : sq, kv_rows = bkv ? 1 : p.seqlen_k;
+    const int64_t q_rows = bq ? 1 : sq, kv_rows = same_keys ? 1 : p.seqlen_k;
     const int64_t nq = q_rows * hq * d, nk = kv_rows * hkv * d;
+    const size_t kv_bytes = sizeof(uint16_t) * (size_t)(rkv ? p.seqlen_k * hkv * d : nk);
     const size_t o_bytes = sizeof(uint16_t) * (size_t)(sq * hq * d);
     const size_t lse_bytes = sizeof(float) * (size_t)(sq * hq);
     host_t q = {0}, k = {0}, v = {0};
@@ -1123,12 +1142,12 @@ static int run_rows(const lcase_t *c, double t0)
     uint16_t *bits = NULL;
 
     FA2_OK(fa2_plan(&p, &g_info, &plan));
-    if (plan.bwd_supported || plan.bwd_status != FA2_ERROR_OVERLAP) {
+    if ((bq || bkv) && (plan.bwd_supported || plan.bwd_status != FA2_ERROR_OVERLAP)) {
         printf(" : a broadcast layout must have no backward (bwd_supported %d, bwd_status %d) "
                "FAIL\n", plan.bwd_supported, plan.bwd_status);
         goto cleanup;
     }
-    if (!memory_fits(o_bytes + lse_bytes + 4 * sizeof(uint16_t) * (size_t)(nq + 2 * nk))) {
+    if (!memory_fits(o_bytes + lse_bytes + 4 * sizeof(uint16_t) * (size_t)nq + 4 * kv_bytes)) {
         pass = -1;
         goto cleanup;
     }
@@ -1145,18 +1164,23 @@ static int run_rows(const lcase_t *c, double t0)
     fill_uniform(&q, 0, nq, &rng, p.dtype);
     fill_uniform(&k, 0, nk, &rng, p.dtype);
     for (int64_t t = 0; t < nk; ++t) /* uniform keys: V in +-2^-e, every sum exact */
-        if (bkv)
+        if (same_keys)
             host_set(&v, t, (oracle_rng_next(&rng) & 1 ? 1.0f : -1.0f) *
                                 ldexpf(1.0f, -(int)(oracle_rng_next(&rng) % 4)), p.dtype);
         else
             fill_uniform(&v, t, 1, &rng, p.dtype);
 
     CK(buf_new(&gq, sizeof(uint16_t) * (size_t)nq));
-    CK(buf_new(&gk, sizeof(uint16_t) * (size_t)nk));
-    CK(buf_new(&gv, sizeof(uint16_t) * (size_t)nk));
+    CK(buf_new(&gk, kv_bytes));
+    CK(buf_new(&gv, kv_bytes));
     CK(cudaMemcpy(gq.dev, q.bits, gq.bytes, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(gk.dev, k.bits, gk.bytes, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(gv.dev, v.bits, gv.bytes, cudaMemcpyHostToDevice));
+    if (rkv) { /* every sequence row the host's one row (all heads) */
+        CK(fill_repeat(gk.dev, k.bits, hkv * d, p.seqlen_k));
+        CK(fill_repeat(gv.dev, v.bits, hkv * d, p.seqlen_k));
+    } else {
+        CK(cudaMemcpy(gk.dev, k.bits, gk.bytes, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(gv.dev, v.bits, gv.bytes, cudaMemcpyHostToDevice));
+    }
     CK(buf_new(&go, o_bytes));
     CK(buf_new(&glse, lse_bytes));
     FA2_OK(fa2_forward(&plan, gq.dev, gk.dev, gv.dev, go.dev, glse.dev, NULL, 0, NULL));
@@ -1173,7 +1197,7 @@ static int run_rows(const lcase_t *c, double t0)
             for (int64_t x = 0; x < d; ++x)
                 want[x] = 0.0;
             if (oracle_key_range(&p, i, &lo, &hi)) {
-                if (bkv) { /* every key equal: uniform softmax over n = hi - lo + 1 keys */
+                if (same_keys) { /* every key equal: uniform softmax over n = hi - lo + 1 keys */
                     double acc = 0.0;
                     for (int64_t x = 0; x < d; ++x) {
                         acc += (double)qi[x] * (double)k.vals[hk * d + x];
@@ -1198,14 +1222,14 @@ static int run_rows(const lcase_t *c, double t0)
                 }
             }
             float lse_got;
-            ck.sum_terms = bkv && !isinf(lse) ? (double)(hi - lo + 1) : 0.0;
+            ck.sum_terms = same_keys && !isinf(lse) ? (double)(hi - lo + 1) : 0.0;
             CK(cudaMemcpy(bits, (uint16_t *)go.dev + (i * hq + h) * d, sizeof(uint16_t) * (size_t)d,
                           cudaMemcpyDeviceToHost));
             to_float(bits, got, d, p.dtype);
             CK(cudaMemcpy(&lse_got, (float *)glse.dev + h * sq + i, sizeof(float),
                           cudaMemcpyDeviceToHost));
-            check_o_row(&ck, p.dtype, bkv ? LSE_TIGHT : LSE_LOOSE, 0, i, h, got, d, lse_got, want,
-                        lse);
+            check_o_row(&ck, p.dtype, same_keys ? LSE_TIGHT : LSE_LOOSE, 0, i, h, got, d, lse_got,
+                        want, lse);
         }
     check_guard(&ck, "O", &go);
     check_guard(&ck, "LSE", &glse);

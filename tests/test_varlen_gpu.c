@@ -529,12 +529,27 @@ typedef struct limit_case_t {
 
 /* A packed batch at the largest total_q or total_k fa2_plan accepts, with sequences
  * at the very end of the rows, or with no keys at all. Q, K and V repeat one random row
- * (row stride 0), so every score of a row is the same: O = v and LSE = s + ln(keys the
+ * (row stride 0; K/V at d = 64, for the Hopper kernels' copy engine, which cannot step
+ * by 0: rows 8 elements apart over a buffer repeating 8 values, 32 GiB each at 2^31 - 1
+ * rows), so every score of a row is the same: O = v and LSE = s + ln(keys the
  * row sees), exactly computable (O = 0, LSE = -inf for a row that sees none). O and the
  * LSE (poisoned) are real: rows outside the sequences must stay poisoned (a skipped
  * sequence's and the spare rows, sampled). V's values are signed powers of two, so that
  * a sum of 2^22 of them is exact in fp32. Causal, bottom-right.
  * 1: passed, 0: failed, 2: skipped (not enough device memory). */
+/* Fills `bytes` (a multiple of unit) at dev with the host's first `unit` bytes of
+ * `pattern`, by doubling copies on the device. */
+static cudaError_t repeat_on_device(void *dev, const void *pattern, size_t unit, size_t bytes)
+{
+    cudaError_t e = cudaMemcpy(dev, pattern, unit, cudaMemcpyHostToDevice);
+    for (size_t have = unit; e == cudaSuccess && have < bytes;) {
+        const size_t n = have < bytes - have ? have : bytes - have;
+        e = cudaMemcpy((char *)dev + have, dev, n, cudaMemcpyDeviceToDevice);
+        have += n;
+    }
+    return e;
+}
+
 static int run_limit_case(long index, const limit_case_t *c)
 {
     const int64_t d = c->head_dim, n_o = c->total_q * d;
@@ -556,7 +571,9 @@ static int run_limit_case(long index, const limit_case_t *c)
     p.total_q = c->total_q;
     p.total_k = c->total_k;
     p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
-    p.q_seq_stride = p.k_seq_stride = p.v_seq_stride = 0; /* one row, repeated */
+    const int overlap = d == 64 && c->total_k > 1; /* K/V rows 8 elements apart */
+    p.q_seq_stride = 0;                             /* one row, repeated */
+    p.k_seq_stride = p.v_seq_stride = overlap ? 8 : 0;
     p.causal = 1;
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, &g_info, &plan);
@@ -566,11 +583,13 @@ static int run_limit_case(long index, const limit_case_t *c)
     }
     printf(" [sm%d %dx%d]", (int)plan.fwd_arch, (int)plan.block_m, (int)plan.block_n);
     const size_t o_bytes = 2 * (size_t)n_o, lse_bytes = 4 * (size_t)c->total_q;
+    const size_t kv_bytes = 2 * (size_t)(overlap ? (c->total_k - 1) * 8 + d : d);
+    const double need = (double)(o_bytes + lse_bytes + 2 * kv_bytes);
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess ||
-        (double)free_b < (double)(o_bytes + lse_bytes) + (double)(1ull << 30)) {
-        printf(" : SKIP (needs %.1f GiB + 1 GiB, %.1f GiB free)\n",
-               (double)(o_bytes + lse_bytes) / (1ull << 30), (double)free_b / (1ull << 30));
+        (double)free_b < need + (double)(1ull << 30)) {
+        printf(" : SKIP (needs %.1f GiB + 1 GiB, %.1f GiB free)\n", need / (1ull << 30),
+               (double)free_b / (1ull << 30));
         return 2;
     }
     oracle_rng_t rng = case_rng(g_seed, index);
@@ -583,12 +602,18 @@ static int run_limit_case(long index, const limit_case_t *c)
         vv[x] = ldexpf(r & 1 ? -1.0f : 1.0f, (int)((r >> 1) % 5) - 2);
         vb[x] = oracle_bits_from_float(vv[x], FA2_DTYPE_BF16);
     }
+    for (int64_t x = 8; overlap && x < d; ++x) /* rows 8 apart: 8 values, repeated */
+        kv[x] = kv[x % 8], kb[x] = kb[x % 8], vv[x] = vv[x % 8], vb[x] = vb[x % 8];
     double s = 0.0; /* the one score: scale * q.k */
     for (int64_t x = 0; x < d; ++x)
         s += (double)qv[x] * kv[x];
     s *= oracle_softmax_scale(&p);
-    void *dq = device_buffer(qb, 2 * (size_t)d), *dk = device_buffer(kb, 2 * (size_t)d),
-         *dv = device_buffer(vb, 2 * (size_t)d), *d_o = device_buffer(NULL, o_bytes);
+    void *dq = device_buffer(qb, 2 * (size_t)d), *dk = device_buffer(NULL, kv_bytes),
+         *dv = device_buffer(NULL, kv_bytes), *d_o = device_buffer(NULL, o_bytes);
+    assert_int_equal(repeat_on_device(dk, kb, 2 * (size_t)(overlap ? 8 : d), kv_bytes),
+                     cudaSuccess);
+    assert_int_equal(repeat_on_device(dv, vb, 2 * (size_t)(overlap ? 8 : d), kv_bytes),
+                     cudaSuccess);
     float *dlse = device_buffer(NULL, lse_bytes);
     int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dcu_k = device_buffer(cu_k, sizeof cu_k),
             *dused = device_buffer(used, sizeof used);

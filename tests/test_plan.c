@@ -832,6 +832,14 @@ static void test_copy_engine_layouts(void **state)
     assert_true(fa2_kv_copy_engine_ready(&packed));
     assert_int_equal(fa2_plan(&packed, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.fwd_arch, want_hopper);
+    fa2_problem_t overlap = packed; /* rows 8 elements apart (overlapping), 2^31 - 1 of
+                                       them: test_varlen_gpu's Hopper limit case */
+    overlap.total_k = INT32_MAX;
+    overlap.heads_kv = 1;
+    overlap.k_seq_stride = overlap.v_seq_stride = 8;
+    assert_true(fa2_kv_copy_engine_ready(&overlap));
+    assert_int_equal(fa2_plan(&overlap, &d, &pl), FA2_SUCCESS);
+    assert_int_equal(pl.fwd_arch, want_hopper);
     packed.k_seq_stride = 0;
     assert_false(fa2_kv_copy_engine_ready(&packed));
 

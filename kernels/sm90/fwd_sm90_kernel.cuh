@@ -81,9 +81,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #if defined(FA2_SM90A)
     static_assert(kCopyEngine || kMode == kPagedSeq, "dense and packed K/V by the copy engine");
     const fa2_params_t &p = args.p;
-    // S of tile j overlaps P V of tile j - 1 in the dense and packed kernels, plain scores
-    // and head dims to 128 (measured slower with the score variants' registers and at 256).
-    constexpr bool kOverlapped = kMode != kPagedSeq && !kScored && Tr::kHeadDim <= 128;
+    // S of tile j overlaps P V of tile j - 1 when K and V come by the copy engine, with
+    // plain scores and head dims to 128 (measured slower with the score variants'
+    // registers and at 256).
+    constexpr bool kOverlapped = kCopyEngine && !kScored && Tr::kHeadDim <= 128;
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -221,8 +222,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             const auto v_tile = [k_smem](int j) { return k_smem + (1 + (j & 1)) * Tr::kKVBytes; };
             const auto v_bar = [bars](int j) { return bars + 8 + 8 * (j & 1); };
             const auto v_phase = [](int j) { return static_cast<uint32_t>((j >> 1) & 1); };
-            copy_tile(&args.v_map, v_tile(0), v_bar(0), key_of(0));
-            if (tiles > 1) copy_tile(&args.v_map, v_tile(1), v_bar(1), key_of(1));
+            // Tile j's K and V (paged: from the pages k_page holds, v_page for tile 0).
+            const auto copy_k = [&](int j) {
+                if constexpr (kMode == kPagedSeq)
+                    copy_paged_tile(&args.k_map, k_smem, bars, key_of(j), k_page);
+                else
+                    copy_tile(&args.k_map, k_smem, bars, key_of(j));
+            };
+            const auto copy_v = [&](int j) {
+                if constexpr (kMode == kPagedSeq)
+                    copy_paged_tile(&args.v_map, v_tile(j), v_bar(j), key_of(j),
+                                    j == 0 ? v_page : k_page);
+                else
+                    copy_tile(&args.v_map, v_tile(j), v_bar(j), key_of(j));
+            };
+            // Paged: after tile j - 1's copies, k_page takes tile j's pages (read a tile
+            // before they are used).
+            const auto fetch_pages = [&](int j) {
+                if constexpr (kMode == kPagedSeq)
+                    if (j < tiles) k_page = fetch_page(key_of(j));
+            };
+            copy_v(0);
+            if (tiles > 1) copy_v(1);
 
             const auto issue_s = [&](float (&s)[1][Tr::kNTiles][4]) {
                 const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
@@ -248,9 +269,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             uint32_t pa[Tr::kBlockN / 16][4];
             const auto issue_pv = [&](int j) {
                 mbarrier_wait(v_bar(j), v_phase(j));
-                // A packed sequence's V rows past its keys (tile 0's) hold other values,
-                // which P's zeros there must not meet as inf or NaN: zeroed.
-                if (kMode == kPackedSeq && j == 0 && key_of(0) + Tr::kBlockN > keys) {
+                // A packed sequence's or a last page's V rows past the keys (tile 0's) hold
+                // other values, which P's zeros there must not meet as inf or NaN: zeroed.
+                if (kMode != kDenseSeq && j == 0 && key_of(0) + Tr::kBlockN > keys) {
                     zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(v_tile(0), keys - key_of(0),
                                                                    tid, Tr::kThreads);
                     fence_proxy_async();
@@ -274,7 +295,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 wgmma_wait<0>();
                 reg_fence(s[0]);
                 __syncthreads();  // every warp's S read K: the buffer takes tile 1's
-                if (tiles > 1) copy_tile(&args.k_map, k_smem, bars, key_of(1));
+                if (tiles > 1) copy_k(1);
+                fetch_pages(2);
                 probabilities(s, key_of(0), alpha);  // O is 0: no rescale
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
@@ -287,14 +309,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
                 __syncthreads();  // every warp's S read K
-                if (j + 1 < tiles) copy_tile(&args.k_map, k_smem, bars, key_of(j + 1));
+                if (j + 1 < tiles) copy_k(j + 1);
                 probabilities(s, key_of(j), alpha);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
                 softmax.rescale(o, alpha);
                 __syncthreads();  // every warp's P V read V(j - 1): its buffer takes tile j + 1's
-                if (j + 1 < tiles)
-                    copy_tile(&args.v_map, v_tile(j + 1), v_bar(j + 1), key_of(j + 1));
+                if (j + 1 < tiles) copy_v(j + 1);
+                fetch_pages(j + 2);
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
             }

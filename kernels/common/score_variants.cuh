@@ -94,12 +94,13 @@ __device__ __forceinline__ void apply_alibi(float (&s)[kMTiles][kNTiles][4],
 
 // The variants on Tr's tile: rows row0 + (mt, lane, e), keys key0 + (nt, lane, e). The
 // branches are uniform per block: a variant that is off costs a compare per tile.
-template <typename Tr>
+// kSoftcap = false: the caller runs without softcap (v.tanh_scale == 0), no tanh code.
+template <typename Tr, bool kSoftcap = true>
 __device__ __forceinline__ void apply_score_variants(float (&s)[Tr::kMTiles][Tr::kNTiles][4],
                                                      const ScoreVariants &v, int row0, int key0,
                                                      int lane)
 {
-    if (v.tanh_scale != 0.f) apply_softcap(s, v.tanh_scale);
+    if (kSoftcap && v.tanh_scale != 0.f) apply_softcap(s, v.tanh_scale);
     if (v.alibi != 0.f) {
         float alibi[Tr::kMTiles][2], dist0[Tr::kMTiles][2];
         const float key = static_cast<float>(key0 + 2 * (lane & 3)) - v.offset;

@@ -81,10 +81,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #if defined(FA2_SM90A)
     static_assert(kCopyEngine || kMode == kPagedSeq, "dense and packed K/V by the copy engine");
     const fa2_params_t &p = args.p;
-    // S of tile j overlaps P V of tile j - 1 when K and V come by the copy engine, with
-    // plain scores and head dims to 128 (measured slower with the score variants'
-    // registers and at 256).
-    constexpr bool kOverlapped = kCopyEngine && !kScored && Tr::kHeadDim <= 128;
+    // S of tile j overlaps P V of tile j - 1 when K and V come by the copy engine, at head
+    // dims to 128 with plain scores and at 128 with ALiBi alone (measured slower at 256
+    // and with softcap, whose tanh holds the registers and special-function unit).
+    constexpr bool kOverlappable =
+        kCopyEngine && (kScored ? Tr::kHeadDim == 128 : Tr::kHeadDim <= 128);
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             }
         }
 
-        if constexpr (kOverlapped) {
+        if (kOverlappable && (!kScored || variants.tanh_scale == 0.f)) {
             // Tile j's S = Q Kᵀ runs while tile j - 1's P V does: one K buffer, two V
             // buffers (the shared memory of two K and one V).
             const int tiles = n_block_end - n_block_min, last_block = n_block_end - 1;
@@ -259,8 +260,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             // previous tile's P V is done.
             const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
                                            float (&alpha)[1][2]) {
-                if constexpr (kScored)
-                    apply_score_variants<Tr>(s, variants, rows_first + warp * 16, key_first, lane);
+                if constexpr (kScored)  // ALiBi alone
+                    apply_score_variants<Tr, false>(s, variants, rows_first + warp * 16,
+                                                    key_first, lane);
                 if (window.block_needs_mask(rows_first, rows_last, key_first,
                                             key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);

@@ -902,7 +902,7 @@ typedef struct paged_case_t {
     int64_t page_size;
     int shared_pages; /* sequence 1's first pages are sequence 0's (a shared prefix) */
     int consumer;     /* plan for a 99 KiB sm_89 device */
-    int scored;       /* the score variants on: softcap 10, ALiBi, sinks */
+    int scored;       /* the score variants on: softcap 10, ALiBi, sinks (2: no softcap) */
     int64_t page_pad; /* elements after each page: a page stride of no whole number of rows
                          (the kernels' 64-bit row offsets, not the row space) */
 } paged_case_t;
@@ -1016,12 +1016,13 @@ static int run_paged_case(long index, const paged_case_t *c)
     p.window_left = c->window_left;
     p.window_right = c->window_right;
     if (c->scored)
-        p.softcap = 10.0f, p.alibi = 1, p.sinks = 1;
+        p.softcap = c->scored == 2 ? 0.0f : 10.0f, p.alibi = 1, p.sinks = 1;
     const fa2_device_info_t device = c->consumer ? consumer_device_info(&g_info) : g_info;
     printf("case %ld: paged %s %s %d seqs page=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
-           " d=%" PRId64 " page stride=%" PRId64 "%s%s", index, c->name,
+           " d=%" PRId64 " page stride=%" PRId64 "%s%s%s", index, c->name,
            c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", n, ps, hq, hkv, d, page_stride,
-           c->consumer ? " (planned for 99 KiB)" : "", c->scored ? " softcap=10 alibi sinks" : "");
+           c->consumer ? " (planned for 99 KiB)" : "", c->scored == 1 ? " softcap=10" : "",
+           c->scored ? " alibi sinks" : "");
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, &device, &plan);
     if (st != FA2_SUCCESS) {
@@ -1061,7 +1062,9 @@ static int run_paged_case(long index, const paged_case_t *c)
         }
     free(row_used);
     float slopes[16], sinks[16];
-    const oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
+    oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
+    if (c->scored == 2)
+        mod.softcap = 0.0;
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
          *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
     float *dslopes = c->scored ? device_buffer(slopes, sizeof slopes) : NULL,
@@ -1128,6 +1131,14 @@ static const paged_case_t paged_cases[] = {
      16, 1, 0, 0, 8},
     {"padded pages, 99 KiB", FP16, 4, 2, 64, 0, 30, 0, 3, {200, 1, 64}, {200, 333, 64}, 32, 0,
      1, 0, 40},
+    /* d = 128 pages of 64 and 128 rows: the copy engine's overlapped loop, plain and with
+     * ALiBi alone (the scored instance's overlapped loop); pages of 32 (cp.async) */
+    {"copy engine, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 0, 129},
+     {700, 64, 129, 1000}, 64, 1, 0, 0, 0},
+    {"ALiBi alone, copy engine, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
+     {640, 300, 77}, 128, 0, 0, 2, 0},
+    {"page 32, d 128", BF16, 4, 1, 128, 1, -1, -1, 3, {150, 1, 33}, {400, 33, 1000}, 32, 1, 0,
+     0, 0},
 };
 
 static void test_paged_matches_oracle(void **state)

@@ -1132,7 +1132,8 @@ static const paged_case_t paged_cases[] = {
     {"padded pages, 99 KiB", FP16, 4, 2, 64, 0, 30, 0, 3, {200, 1, 64}, {200, 333, 64}, 32, 0,
      1, 0, 40},
     /* d = 128 pages of 64 and 128 rows: the copy engine's overlapped loop, plain and with
-     * ALiBi alone (the scored instance's overlapped loop); pages of 32 (cp.async) */
+     * ALiBi alone (the scored instance's overlapped loop); pages of 32 (its smallest
+     * boxes) */
     {"copy engine, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 0, 129},
      {700, 64, 129, 1000}, 64, 1, 0, 0, 0},
     {"ALiBi alone, copy engine, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},

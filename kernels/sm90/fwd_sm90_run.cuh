@@ -21,8 +21,8 @@ inline KvLayout kv_layout(const fa2_params_t &p, int64_t seq_stride, int64_t hea
 }
 
 // Pages of fewer rows go by cp.async: on the H200 the paged forward by the copy engine
-// ran 0.89x cp.async's speed with 16-row boxes, 0.985x with 32-row ones, 1.05x with 64.
-constexpr int kMinPagedBoxRows = 64;
+// (overlapped loop) ran 0.93-0.95x cp.async's speed with 16-row boxes, 1.06x with 32.
+constexpr int kMinPagedBoxRows = 32;
 
 // A paged cache's box rows for the copy engine (FwdSm90Args::page_box_rows), or 0 for
 // cp.async: pages and tiles nest (one's rows divide the other's), a box is whole

@@ -2,7 +2,8 @@
 // (batch, head), one warpgroup per 64 rows. The same algorithm as fwd_kernel.cuh,
 // with the two GEMMs on wgmma: S = Q Kᵀ with both operands in shared memory (K-major),
 // O += P V with P in registers and V read MN-major. Tiles sit in the 128B-swizzled
-// panel layout of wgmma.cuh; K is double buffered, V single.
+// panel layout of wgmma.cuh; K is double buffered, V single, or (the overlapped loop,
+// same memory) one K buffer and two V.
 #pragma once
 
 #include <stdint.h>

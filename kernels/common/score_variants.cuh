@@ -56,6 +56,20 @@ __device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, i
             static_cast<float>(seqlen_k - seqlen_q)};
 }
 
+// The largest softcap at which a softcapped score y (in [-1, 1], score units) may be
+// offset by its bound 1 instead of its row's maximum (OnlineSoftmax::update_bounded):
+// every exp2((y - 1) cap log2(e)) is then a normal float in [2^-95.3, 1] and a row's sum
+// at most its number of keys, as with the maximum, so the result is the same up to
+// rounding. Grok's 30 is below it; Gemma 2's 50 keeps the maximum.
+constexpr float kMaxBoundedSoftcap = FA2_MAX_BOUNDED_SOFTCAP;
+
+// Whether a call's softcapped scores are bounded so (softcap on, at most
+// kMaxBoundedSoftcap, no ALiBi: its distances have no lower bound).
+inline __host__ __device__ bool softcap_bounds_scores(const fa2_params_t &p)
+{
+    return p.softcap > 0.f && p.softcap <= kMaxBoundedSoftcap && !p.alibi_slopes;
+}
+
 // Head `head`'s sink in log2 units, -inf without sinks.
 __device__ __forceinline__ float sink_log2(const fa2_params_t &p, int head)
 {

@@ -93,6 +93,46 @@ struct OnlineSoftmax {
         }
     }
 
+    // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
+    // common/score_variants.cuh: softcap_bounds_scores): the exponent's offset is the
+    // bound instead of the running maximum, so no maximum is formed (no wait for the
+    // tile's scores before the first exponential) and O is never rescaled. The caller
+    // set row_max to 1 (bounded_init), which finish() and finish_with_sink() read.
+    template <int kNTiles>
+    __device__ __forceinline__ void update_bounded(float (&s)[kMTiles][kNTiles][4],
+                                                   float scale_log2)
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        s[mt][nt][e] = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -scale_log2));
+                        sum += s[mt][nt][e];
+                    }
+                }
+                row_sum[mt][h] += sum;
+            }
+        }
+    }
+
+    // The state update_bounded() works from: offset 1 (the bound), nothing summed.
+    __device__ __forceinline__ void bounded_init()
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_max[mt][h] = 1.f;
+                row_sum[mt][h] = 0.f;
+            }
+        }
+    }
+
     // O's rows times update_deferred's factors.
     template <int kDTiles, int kHalves = 2>
     __device__ __forceinline__ void rescale(float (&o)[kMTiles][kDTiles][4],

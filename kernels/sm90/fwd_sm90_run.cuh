@@ -71,16 +71,32 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             encode_kv_map(&args.v_map, p.v, bf16, v, box_rows) == cudaSuccess)
             args.page_box_rows = box_rows;
     }
-    // [plain, scored][dense, packed, paged by the copy engine, paged by cp.async]
-    using Kernel = decltype(&fwd_sm90_kernel<Tr, kDenseSeq, false, true>);
-    const Kernel kernels[2][4] = {
-        {fwd_sm90_kernel<Tr, kDenseSeq, false, true>, fwd_sm90_kernel<Tr, kPackedSeq, false, true>,
-         fwd_sm90_kernel<Tr, kPagedSeq, false, true>, fwd_sm90_kernel<Tr, kPagedSeq, false, false>},
-        {fwd_sm90_kernel<Tr, kDenseSeq, true, true>, fwd_sm90_kernel<Tr, kPackedSeq, true, true>,
-         fwd_sm90_kernel<Tr, kPagedSeq, true, true>, fwd_sm90_kernel<Tr, kPagedSeq, true, false>}};
-    const int path = !p.page_table ? (p.cu_seqlens_q ? 1 : 0) : (args.page_box_rows > 0 ? 2 : 3);
+    // [plain, scored][dense, packed, paged by the copy engine, by cp.async, by the
+    // producer warpgroup]. The producer serves pages too small for the copy engine at one
+    // math warpgroup (d = 128) in the overlapped loop's cases (no softcap, or one that
+    // bounds the scores).
+    constexpr bool kProducer = Tr::kHeadDim == 128 && Tr::kWarpgroups == 1;
+    constexpr int kPagedSmall = kProducer ? kKvByProducer : kKvByCpAsync;
+    using Kernel = decltype(&fwd_sm90_kernel<Tr, kDenseSeq, false, kKvByCopyEngine>);
+    const Kernel kernels[2][5] = {
+        {fwd_sm90_kernel<Tr, kDenseSeq, false, kKvByCopyEngine>,
+         fwd_sm90_kernel<Tr, kPackedSeq, false, kKvByCopyEngine>,
+         fwd_sm90_kernel<Tr, kPagedSeq, false, kKvByCopyEngine>,
+         fwd_sm90_kernel<Tr, kPagedSeq, false, kKvByCpAsync>,
+         fwd_sm90_kernel<Tr, kPagedSeq, false, kPagedSmall>},
+        {fwd_sm90_kernel<Tr, kDenseSeq, true, kKvByCopyEngine>,
+         fwd_sm90_kernel<Tr, kPackedSeq, true, kKvByCopyEngine>,
+         fwd_sm90_kernel<Tr, kPagedSeq, true, kKvByCopyEngine>,
+         fwd_sm90_kernel<Tr, kPagedSeq, true, kKvByCpAsync>,
+         fwd_sm90_kernel<Tr, kPagedSeq, true, kPagedSmall>}};
+    const bool by_producer = kProducer && (p.softcap == 0.f || softcap_bounds_scores(p));
+    const int path = !p.page_table              ? (p.cu_seqlens_q ? 1 : 0)
+                     : args.page_box_rows > 0   ? 2
+                     : by_producer              ? 4
+                                                : 3;
     const Kernel kernel = kernels[runs_scored_kernels(p) ? 1 : 0][path];
-    return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
+    const int threads = path == 4 ? FwdSm90Launch<Tr, kPagedSmall>::kThreads : Tr::kThreads;
+    return launch_one(kernel, grid, threads, Tr::kSmemBytes, stream, args);
 }
 
 }  // namespace fa2

@@ -6,8 +6,11 @@
  * two check each other). */
 #include "tiled_cpu.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
+
+#include "common/params.h"
 
 typedef struct tile_buffers_t {
     float *s;   /* Br x Bc scores, then probabilities */
@@ -51,6 +54,9 @@ static void key_blocks(const fa2_problem_t *p, int64_t i0, int64_t i1, int64_t b
     *n1 = last / bn + 1;
 }
 
+/* x, or 0 when x is subnormal: the kernels' exponentials flush such results. */
+static float flush_subnormal(float x) { return x < FLT_MIN ? 0.0f : x; }
+
 /* The score of (head h, row i, key j) from the scaled product x, in fp32 as a kernel
  * computes it: softcap, then ALiBi (oracle_score.h); `mod` NULL: x. */
 static float score(const fa2_problem_t *p, const oracle_score_t *mod, int64_t h, int64_t i,
@@ -81,8 +87,14 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
     const float *kb = k + b * p->k_batch_stride + hk * p->k_head_stride;
     const float *vb = v + b * p->v_batch_stride + hk * p->v_head_stride;
 
+    /* A softcap of at most FA2_MAX_BOUNDED_SOFTCAP without ALiBi bounds every score by
+     * the cap: as the Hopper forward, take that bound as every row's offset instead of
+     * a running max (nothing rescaled; each exp(s - cap) at least exp(-2 cap), a
+     * normal float). */
+    const int bounded = mod && mod->softcap > 0.0 &&
+                        mod->softcap <= (double)FA2_MAX_BOUNDED_SOFTCAP && !mod->alibi_slopes;
     for (int64_t r = 0; r < rows; ++r) {
-        t->m[r] = -INFINITY;
+        t->m[r] = bounded ? (float)mod->softcap : -INFINITY;
         t->l[r] = 0.0f;
         for (int64_t c = 0; c < d; ++c)
             t->acc[r * d + c] = 0.0f;
@@ -111,12 +123,12 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
             /* online softmax: new max, rescale factor for what is accumulated. A row
              * that has seen no visible key yet keeps m = -inf; exponentiate against 0
              * then, so that exp(-inf - -inf) never makes a NaN. */
-            const float m_new = fmaxf(t->m[r], m_blk);
+            const float m_new = bounded ? t->m[r] : fmaxf(t->m[r], m_blk);
             const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
             const float alpha = expf(t->m[r] - m_ref);
             float l_blk = 0.0f;
             for (int64_t c = 0; c < cols; ++c) {
-                s[c] = expf(s[c] - m_ref);
+                s[c] = flush_subnormal(expf(s[c] - m_ref));
                 l_blk += s[c];
             }
             t->l[r] = alpha * t->l[r] + l_blk;

@@ -298,25 +298,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 if constexpr (kMode == kPagedSeq)
                     if (j < tiles) k_page = fetch_page(key_of(j));
             };
-            // The math warpgroup's hand-offs, at tile j: S read K; the P V of tile j - 1
-            // read V(j - 1); tile j's K landed.
-            const auto k_read = [&](int j) {
-                if constexpr (kProducer) {
-                    mbarrier_arrive(ProducerBars{bars}.k_free());
-                } else {
-                    __syncthreads();  // every warp's S read K: the buffer takes tile j + 1's
-                    if (j + 1 < tiles) copy_k(j + 1);
-                }
-            };
-            const auto v_read = [&](int j) {
-                if constexpr (kProducer) {
-                    mbarrier_arrive(ProducerBars{bars}.v_free(j - 1));
-                } else {
-                    __syncthreads();  // every warp's P V read V(j - 1): its buffer takes tile j + 1's
-                    if (j + 1 < tiles) copy_v(j + 1);
-                    fetch_pages(j + 2);
-                }
-            };
+            // Tile j's K landed (the producer's cp.async rows then need a proxy fence).
             const auto wait_k = [&](int j) {
                 mbarrier_wait(bars, j & 1);
                 if constexpr (kProducer) fence_proxy_async();  // cp.async's rows, to wgmma
@@ -389,8 +371,13 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 issue_s(s);
                 wgmma_wait<0>();
                 reg_fence(s[0]);
-                k_read(0);
-                if constexpr (!kProducer) fetch_pages(2);
+                if constexpr (kProducer) {
+                    mbarrier_arrive(ProducerBars{bars}.k_free());  // S read K
+                } else {
+                    __syncthreads();  // every warp's S read K: the buffer takes tile 1's
+                    if (tiles > 1) copy_k(1);
+                    fetch_pages(2);
+                }
                 probabilities(s, key_of(0), alpha);  // O is 0: no rescale
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
@@ -402,12 +389,23 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 issue_pv(j - 1);
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
-                k_read(j);
+                if constexpr (kProducer) {
+                    mbarrier_arrive(ProducerBars{bars}.k_free());  // S read K
+                } else {
+                    __syncthreads();  // every warp's S read K
+                    if (j + 1 < tiles) copy_k(j + 1);
+                }
                 probabilities(s, key_of(j), alpha);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
                 if (!bounded) softmax.rescale(o, alpha);
-                v_read(j);
+                if constexpr (kProducer) {
+                    mbarrier_arrive(ProducerBars{bars}.v_free(j - 1));  // P V read V(j - 1)
+                } else {
+                    __syncthreads();  // every warp's P V read V(j - 1): its buffer takes tile j + 1's
+                    if (j + 1 < tiles) copy_v(j + 1);
+                    fetch_pages(j + 2);
+                }
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
             }

@@ -42,7 +42,8 @@ static long g_only = -1;
 /* The variants of one case: softcap, and whether slopes / sinks are passed. */
 typedef struct variants_t {
     float softcap;
-    int alibi, sinks;
+    int alibi, sinks;    /* alibi 2: slopes in [0.6, 0.8), around the ln 2 above which the
+                            Hopper forward does not split ALiBi into column and row terms */
     float softmax_scale; /* 0: 1 / sqrt(head_dim) */
     int low_rows;        /* 1: K's elements >= 0 and Q's even rows <= 0, so that every
                             score of those rows is negative (near -softcap when large) */
@@ -60,7 +61,7 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
     p.window_left = window_left;
     p.softcap = var.softcap;
     p.softmax_scale = var.softmax_scale;
-    p.alibi = var.alibi;
+    p.alibi = var.alibi != 0;
     p.sinks = var.sinks;
     printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
            " d=%" PRId64 " causal=%d wl=%" PRId64 " softcap=%g alibi=%d sinks=%d",
@@ -97,7 +98,8 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
                 qv[i] = -qv[i], qb[i] ^= 0x8000u;
     }
     for (int64_t h = 0; h < hq; ++h) {
-        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        slopes[h] = var.alibi == 2 ? oracle_rng_uniform(&rng, 0.6f, 0.8f)
+                                   : oracle_rng_uniform(&rng, 0.0f, 0.3f);
         sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
     }
     const oracle_score_t mod = {var.softcap, var.alibi ? slopes : NULL,
@@ -158,7 +160,7 @@ static void test_scored_dense(void **state)
     static const int64_t dims[] = {32, 64, 96, 128, 160, 192, 256};
     static const variants_t vars[] = {{30.0f, 0, 0, 0.0f, 0}, {0.0f, 1, 0, 0.0f, 0},
                                       {0.0f, 0, 1, 0.0f, 0}, {5.0f, 1, 1, 0.0f, 0},
-                                      {20.0f, 0, 1, 0.0f, 0}};
+                                      {20.0f, 0, 1, 0.0f, 0}, {0.0f, 2, 0, 0.0f, 0}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 0, failed = 0, run = 0;
     for (int device = 0; device < 2; ++device)
@@ -396,7 +398,8 @@ static void test_scored_backward(void **state)
     (void)state;
     static const int64_t dims[] = {64, 96, 128, 256};
     static const variants_t vars[] = {
-        {0.0f, 0, 1, 0.0f}, {30.0f, 0, 0, 0.0f}, {0.0f, 1, 0, 0.0f}, {2.0f, 1, 1, 0.0f}};
+        {0.0f, 0, 1, 0.0f, 0}, {30.0f, 0, 0, 0.0f, 0}, {0.0f, 1, 0, 0.0f, 0},
+        {2.0f, 1, 1, 0.0f, 0}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 600, failed = 0, run = 0;
     for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; ++vi)
@@ -430,7 +433,7 @@ static void test_scored_backward_limits(void **state)
             for (int64_t d = 96; d <= 128; d += 32, ++index)
                 if (g_only < 0 || g_only == index)
                     failed += !run_scored_backward(index, BF16, 1, 257, 300, 4, 2, d, 1, 0,
-                                                   (variants_t){caps[ci], 1, 1, scales[si]},
+                                                   (variants_t){caps[ci], 1, 1, scales[si], 0},
                                                    &g_info);
     assert_int_equal(failed, 0);
 }

@@ -212,16 +212,19 @@ static void test_tiled_scored(void **state)
         {1, 1, 1000, 8, 2, 128, 1, -1, -1, 0.0f, 16, 64}, /* decode, GQA */
         {2, 70, 130, 4, 4, 64, 1, -1, -1, 0.0f, 64, 32},  /* causal, q < k */
         {1, 90, 40, 4, 1, 32, 1, 10, -1, 0.0f, 32, 16},   /* q > k: rows that see nothing */
+        {1, 100, 300, 4, 2, 64, 0, -1, -1, 0.0f, 32, 16}, /* tiles right of the diagonal */
+        {1, 130, 90, 2, 2, 128, 0, 30, 20, 0.0f, 16, 32}, /* a band, q > k */
     };
     oracle_rng_t pick = oracle_rng(g_seed ^ 0x5851F42D4C957F2Dull);
-    float slopes[8], sinks[8];
+    float slopes[8], steep[8], sinks[8];
     for (int h = 0; h < 8; ++h) {
         slopes[h] = oracle_rng_uniform(&pick, 0.0f, 0.5f);
+        steep[h] = h % 2 ? 0.69f : 0.7f; /* around ln 2: ALiBi split and not */
         sinks[h] = oracle_rng_uniform(&pick, -3.0f, 3.0f);
     }
     const oracle_score_t mods[] = {
         {1.0, NULL, NULL}, {30.0, NULL, NULL}, {0.0, slopes, NULL}, {0.0, NULL, sinks},
-        {5.0, slopes, sinks}};
+        {5.0, slopes, sinks}, {0.0, steep, NULL}, {50.0, slopes, NULL}};
     long index = 1000, failed = 0, run = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si)
         for (size_t mi = 0; mi < sizeof mods / sizeof mods[0]; ++mi)

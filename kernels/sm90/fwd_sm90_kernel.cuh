@@ -84,20 +84,23 @@ struct FwdSm90Args {
 };
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
-// kScored: softcap or ALiBi on (common/score_variants.cuh); sinks alone run the plain
-// instance, which adds the sink at the end.
+// kScores (ScoreKind, common/score_variants.cuh): kPlainScores without softcap or ALiBi
+// (sinks alone run the plain instance, which adds the sink at the end); kBoundedSoftcap
+// for a softcap that bounds the scores (softcap_bounds_scores: no running maximum);
+// kGeneralScores for the other softcaps and ALiBi.
 // kKv (KvCopy): by the copy engine, thread 0 issues a tile's boxes, or warp 0's lanes a
 // paged tile's, one page each (an mbarrier counts the bytes); by cp.async (paged only:
 // args.page_box_rows = 0), every math thread copies; by the producer warpgroup (paged,
 // one math warpgroup; the overlapped loop only, so no softcap unless it bounds the
 // scores). Three paged instances, so that none carries another's code.
-template <typename Tr, int kMode, bool kScored, int kKv>
+template <typename Tr, int kMode, int kScores, int kKv>
 __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                                   FwdSm90Launch<Tr, kKv>::kMinBlocks)
     fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args)
 {
 #if defined(FA2_SM90A)
     constexpr bool kCopyEngine = kKv == kKvByCopyEngine, kProducer = kKv == kKvByProducer;
+    constexpr bool kScored = kScores != kPlainScores, kBoundedScores = kScores == kBoundedSoftcap;
     static_assert(kCopyEngine || kMode == kPagedSeq, "dense and packed K/V by the copy engine");
     constexpr int kBlockThreads = FwdSm90Launch<Tr, kKv>::kThreads;
     const fa2_params_t &p = args.p;
@@ -206,9 +209,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
     [[maybe_unused]] ScoreVariants variants{};
     if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
     // Softcapped scores offset by their bound, not a running maximum (softcap_bounds_scores)
-    [[maybe_unused]] bool bounded = false;
-    if constexpr (kScored) bounded = softcap_bounds_scores(p);
-    if (bounded) softmax.bounded_init();
+    if constexpr (kBoundedScores) softmax.bounded_init();
+    // ALiBi on tiles with one sign of the distance: a column term per score, a row term
+    // for the softmax (apply_alibi_one_side); the diagonal key of row r is r + this.
+    [[maybe_unused]] const int64_t diag_offset = int64_t{seq.seqlen_k} - seq.seqlen_q;
 
     if constexpr (kCopyEngine) {
         if (tid == 0) {
@@ -268,14 +272,17 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
             }
         }
 
-        if (kProducer || (kOverlappable && (!kScored || variants.tanh_scale == 0.f || bounded))) {
+        if (kProducer ||
+            (kOverlappable && (!kScored || kBoundedScores || variants.tanh_scale == 0.f))) {
             // Tile j's S = Q Kᵀ runs while tile j - 1's P V does: one K buffer, two V
             // buffers (the shared memory of two K and one V).
             const int tiles = n_block_end - n_block_min, last_block = n_block_end - 1;
             const int rows_first = row_first, rows_last = row_last, keys = seq.seqlen_k;
             const KeyWindow window = win;
             const auto key_of = [last_block](int j) { return (last_block - j) * Tr::kBlockN; };
-            const auto v_tile = [k_smem](int j) { return k_smem + (1 + (j & 1)) * Tr::kKVBytes; };
+            const auto v_tile = [k_smem](int j) {
+                return k_smem + (1 + (j & 1)) * Tr::kKVBytes;
+            };
             const auto v_bar = [bars](int j) { return bars + 8 + 8 * (j & 1); };
             const auto v_phase = [](int j) { return static_cast<uint32_t>((j >> 1) & 1); };
             // Tile j's K and V (paged: from the pages k_page holds, v_page for tile 0).
@@ -322,9 +329,16 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
             // previous tile's P V is done.
             const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
                                            float (&alpha)[1][2]) {
+                [[maybe_unused]] int side = 0;
+                [[maybe_unused]] float bias[1][2];
                 if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
-                    if (bounded)
+                    if constexpr (kBoundedScores)
                         apply_softcap(s, variants.tanh_scale);
+                    else if ((side = alibi_tile_side(variants, diag_offset, rows_first,
+                                                     rows_last, key_first,
+                                                     key_first + Tr::kBlockN - 1)) != 0)
+                        apply_alibi_one_side<Tr>(s, variants, side, rows_first + warp * 16,
+                                                 key_first, lane, bias);
                     else
                         apply_score_variants<Tr, false>(s, variants, rows_first + warp * 16,
                                                         key_first, lane);
@@ -332,8 +346,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 if (window.block_needs_mask(rows_first, rows_last, key_first,
                                             key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);
-                if (bounded)
+                if constexpr (kBoundedScores)
                     softmax.update_bounded(s, variants.score_log2);  // O keeps its scale
+                else if (side != 0)
+                    softmax.update_deferred_biased(s, variants.score_log2, bias, alpha);
                 else
                     softmax.update_deferred(s, kScored ? variants.score_log2 : p.scale_log2,
                                             alpha);
@@ -345,7 +361,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 // A packed sequence's or a last page's V rows past the keys (tile 0's) hold
                 // other values, which P's zeros there must not meet as inf or NaN: zeroed
                 // (the producer's copies zero-fill them).
-                if (!kProducer && kMode != kDenseSeq && j == 0 && key_of(0) + Tr::kBlockN > keys) {
+                if (!kProducer && kMode != kDenseSeq && j == 0 &&
+                    key_of(0) + Tr::kBlockN > keys) {
                     zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(v_tile(0), keys - key_of(0),
                                                                    tid, Tr::kThreads);
                     fence_proxy_async();
@@ -380,7 +397,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 }
                 probabilities(s, key_of(0), alpha);  // O is 0: no rescale
 #pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    a_fragment<Elem>(pa[kk], s[0], kk);
             }
             for (int j = 1; j < tiles; ++j) {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
@@ -398,16 +416,18 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 probabilities(s, key_of(j), alpha);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
-                if (!bounded) softmax.rescale(o, alpha);
+                if constexpr (!kBoundedScores) softmax.rescale(o, alpha);
                 if constexpr (kProducer) {
                     mbarrier_arrive(ProducerBars{bars}.v_free(j - 1));  // P V read V(j - 1)
                 } else {
-                    __syncthreads();  // every warp's P V read V(j - 1): its buffer takes tile j + 1's
+                    // every warp's P V read V(j - 1): its buffer takes tile j + 1's
+                    __syncthreads();
                     if (j + 1 < tiles) copy_v(j + 1);
                     fetch_pages(j + 2);
                 }
 #pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    a_fragment<Elem>(pa[kk], s[0], kk);
             }
             issue_pv(tiles - 1);
             wgmma_wait<0>();
@@ -416,9 +436,11 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
             for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
                 const int key_first = n_block * Tr::kBlockN;
                 cp_async_wait<0>();  // Q on the first pass (and K(n_block) by cp.async)
-                if constexpr (kCopyEngine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
+                if constexpr (kCopyEngine)
+                    mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
                 fence_proxy_async();
-                __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
+                // ...visible to wgmma; every warp is done with V and K(other)
+                __syncthreads();
                 load_v(v_smem, key_first);
                 cp_async_commit();
 
@@ -438,27 +460,47 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 // S does not read).
                 const bool prefetch = n_block > n_block_min;
                 if (prefetch) {
-                    load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN, it + 1);
+                    load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN,
+                           it + 1);
                     cp_async_commit();
                     advance_pages(key_first - Tr::kBlockN);
                 }
                 wgmma_wait<0>();
                 reg_fence(s[0]);
 
-                if constexpr (kScored)
-                    apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first, lane);
+                [[maybe_unused]] int side = 0;
+                [[maybe_unused]] float bias[1][2], alpha[1][2];
+                if constexpr (kBoundedScores) {
+                    apply_softcap(s, variants.tanh_scale);
+                } else if constexpr (kScored) {
+                    side = alibi_tile_side(variants, diag_offset, row_first, row_last,
+                                           key_first, key_first + Tr::kBlockN - 1);
+                    if (side != 0) {
+                        if (variants.tanh_scale != 0.f) apply_softcap(s, variants.tanh_scale);
+                        apply_alibi_one_side<Tr>(s, variants, side, row_first + warp * 16,
+                                                 key_first, lane, bias);
+                    } else {
+                        apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first,
+                                                 lane);
+                    }
+                }
                 if (win.block_needs_mask(row_first, row_last, key_first,
                                          key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
-                if (bounded)
+                if constexpr (kBoundedScores) {
                     softmax.update_bounded(s, variants.score_log2);
-                else if constexpr (kScored)
+                } else if (side != 0) {
+                    softmax.update_deferred_biased(s, variants.score_log2, bias, alpha);
+                    softmax.rescale(o, alpha);
+                } else if constexpr (kScored) {
                     softmax.update(s, o, variants.score_log2);
-                else
+                } else {
                     softmax.update(s, o, p.scale_log2);
+                }
                 uint32_t pa[Tr::kBlockN / 16][4];
 #pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    a_fragment<Elem>(pa[kk], s[0], kk);
 
                 if constexpr (kCopyEngine) {
                     mbarrier_wait(v_full, it & 1);  // V(n_block)

@@ -41,6 +41,20 @@ inline int paged_box_rows(const fa2_params_t &p, int block_n)
                : 0;
 }
 
+// The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
+// 3 by cp.async, 4 by kPagedSmall (the producer warpgroup where there is one).
+template <typename Tr, int kScores, int kPagedSmall>
+inline auto fwd_sm90_kernel_for(int path)
+{
+    switch (path) {
+    case 0: return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByCopyEngine>;
+    case 1: return fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByCopyEngine>;
+    case 2: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCopyEngine>;
+    case 3: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
+    default: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kPagedSmall>;
+    }
+}
+
 template <typename Elem, int kHeadDim>
 cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 {
@@ -71,30 +85,21 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             encode_kv_map(&args.v_map, p.v, bf16, v, box_rows) == cudaSuccess)
             args.page_box_rows = box_rows;
     }
-    // [plain, scored][dense, packed, paged by the copy engine, by cp.async, by the
-    // producer warpgroup]. The producer serves pages too small for the copy engine at one
-    // math warpgroup (d = 128) in the overlapped loop's cases (no softcap, or one that
-    // bounds the scores).
+    // The producer serves pages too small for the copy engine at one math warpgroup
+    // (d = 128) in the overlapped loop's cases (no softcap, or one that bounds the scores).
     constexpr bool kProducer = Tr::kHeadDim == 128 && Tr::kWarpgroups == 1;
     constexpr int kPagedSmall = kProducer ? kKvByProducer : kKvByCpAsync;
-    using Kernel = decltype(&fwd_sm90_kernel<Tr, kDenseSeq, false, kKvByCopyEngine>);
-    const Kernel kernels[2][5] = {
-        {fwd_sm90_kernel<Tr, kDenseSeq, false, kKvByCopyEngine>,
-         fwd_sm90_kernel<Tr, kPackedSeq, false, kKvByCopyEngine>,
-         fwd_sm90_kernel<Tr, kPagedSeq, false, kKvByCopyEngine>,
-         fwd_sm90_kernel<Tr, kPagedSeq, false, kKvByCpAsync>,
-         fwd_sm90_kernel<Tr, kPagedSeq, false, kPagedSmall>},
-        {fwd_sm90_kernel<Tr, kDenseSeq, true, kKvByCopyEngine>,
-         fwd_sm90_kernel<Tr, kPackedSeq, true, kKvByCopyEngine>,
-         fwd_sm90_kernel<Tr, kPagedSeq, true, kKvByCopyEngine>,
-         fwd_sm90_kernel<Tr, kPagedSeq, true, kKvByCpAsync>,
-         fwd_sm90_kernel<Tr, kPagedSeq, true, kPagedSmall>}};
-    const bool by_producer = kProducer && (p.softcap == 0.f || softcap_bounds_scores(p));
-    const int path = !p.page_table              ? (p.cu_seqlens_q ? 1 : 0)
-                     : args.page_box_rows > 0   ? 2
-                     : by_producer              ? 4
-                                                : 3;
-    const Kernel kernel = kernels[runs_scored_kernels(p) ? 1 : 0][path];
+    const int scores = !runs_scored_kernels(p)     ? kPlainScores
+                       : softcap_bounds_scores(p) ? kBoundedSoftcap
+                                                  : kGeneralScores;
+    const int path = !p.page_table            ? (p.cu_seqlens_q ? 1 : 0)
+                     : args.page_box_rows > 0 ? 2
+                     : kProducer && scores != kGeneralScores ? 4
+                                                             : 3;
+    const auto kernel =
+        scores == kPlainScores      ? fwd_sm90_kernel_for<Tr, kPlainScores, kPagedSmall>(path)
+        : scores == kBoundedSoftcap ? fwd_sm90_kernel_for<Tr, kBoundedSoftcap, kPagedSmall>(path)
+                                    : fwd_sm90_kernel_for<Tr, kGeneralScores, kPagedSmall>(path);
     const int threads = path == 4 ? FwdSm90Launch<Tr, kPagedSmall>::kThreads : Tr::kThreads;
     return launch_one(kernel, grid, threads, Tr::kSmemBytes, stream, args);
 }

@@ -88,14 +88,20 @@ fi
 # The baseline and extra libraries build while the tests run (they leave most cores idle).
 extra_pid=""
 if [ -n "${FA2_EXTRA_SRC:-}" ]; then
-    (for src in $FA2_EXTRA_SRC; do
+    (rc=0
+     for src in $FA2_EXTRA_SRC; do
         name=$(basename "$src")
         echo "=== extra library $name from $src"
-        cmake -S "$src" -B "build-extra-$name" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+        if cmake -S "$src" -B "build-extra-$name" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real \
             -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
-            cmake --build "build-extra-$name" -j12 --target fa2 >/dev/null &&
+            cmake --build "build-extra-$name" -j12 --target fa2 >/dev/null; then
             echo "=== extra library $name: build-extra-$name/libfa2.so"
-    done) >"$OUT/extra-build.log" 2>&1 &
+        else
+            echo "=== extra library $name: FAILED"
+            rc=1
+        fi
+     done
+     exit $rc) >"$OUT/extra-build.log" 2>&1 &
     extra_pid=$!
 fi
 baseline_pid=""
@@ -112,6 +118,16 @@ fi
 run_step ctest "$OUT/ctest.log" ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -LE sanitizer ${FA2_CTEST_ARGS:-}
 # Every test's own output (passing ones included): ctest-output.log
 cp "$BUILD/Testing/Temporary/LastTest.log" "$OUT/ctest-output.log" 2>/dev/null || true
+# The extra and baseline libraries are done before anything is timed (a build would
+# disturb it).
+if [ -n "$extra_pid" ]; then
+    wait "$extra_pid" || failed+=("extra-build")
+fi
+if [ -n "$baseline_pid" ]; then
+    wait "$baseline_pid"
+    baseline_rc=$?
+    run_step baseline-build "$OUT/ab.log" bash -c "cat '$OUT/baseline-build.log'; exit $baseline_rc"
+fi
 
 if [ "${FA2_SANITIZER:-0}" = 1 ]; then
     : >"$OUT/sanitizer.log"
@@ -128,11 +144,6 @@ if [ "${FA2_SKIP_BENCH:-0}" != 1 ]; then
     run_step bench "$OUT/bench.log" "$BUILD/bench/fa2_bench" --csv "$OUT/bench.csv" ${FA2_BENCH_ARGS:-}
 fi
 
-if [ -n "$baseline_pid" ]; then
-    wait "$baseline_pid"
-    baseline_rc=$?
-    run_step baseline-build "$OUT/ab.log" bash -c "cat '$OUT/baseline-build.log'; exit $baseline_rc"
-fi
 if [ -n "${FA2_BASELINE:-}" ] && [ "${FA2_SKIP_AB:-0}" != 1 ]; then
     # shellcheck disable=SC2086
     run_step ab "$OUT/ab.log" python3 bench/ab_compare.py --lib "$BUILD/libfa2.so" \
@@ -189,10 +200,6 @@ if [ "${FA2_VARIANTS:-0}" = 1 ]; then
     : >"$OUT/variants.log"
     run_step variants "$OUT/variants.log" python3 bench/variants_compare.py --lib "$BUILD/libfa2.so" \
         --csv "$OUT/variants.csv"
-fi
-
-if [ -n "$extra_pid" ]; then
-    wait "$extra_pid" || failed+=("extra-build")
 fi
 
 # ---- summary (last, so the device tool's output tail holds it) -----------------------

@@ -18,6 +18,12 @@
 #                    it holds an older binding) and run bench/ab_compare.py:
 #                    this tree's library against that one in one process, forward and
 #                    backward per shape (FA2_AB_ARGS: its extra arguments); ab.log, ab.csv
+#   FA2_SKIP_AB=1    with FA2_BASELINE: build it (for the steps below that take it) but
+#                    skip ab_compare
+#   FA2_EXTRA_SRC    more source folders (copies of this tree with one change, made by
+#                    the calling command), each built in the background after the main
+#                    build into build-extra-<folder name>/libfa2.so for the caller's own
+#                    steps after this script; their build log: extra-build.log
 #   FA2_AB_NOISE=1   with FA2_BASELINE: also this tree's library against a copy of
 #                    itself (the harness's own noise); ab-noise.log
 #   FA2_VARLEN=1     also run bench/varlen_compare.py (packed and paged batches against
@@ -30,6 +36,9 @@
 #                    with FA2_BASELINE, A/B against the baseline); combine.log
 #   FA2_VARIANTS=1   also run bench/variants_compare.py (each score variant's forward
 #                    and backward against the plain plan's); variants.log
+#   FA2_PROFILE=1    also run Nsight Compute over bench/variants_profile.py (the plain,
+#                    softcap and ALiBi forward kernels, d = 128, 8k causal): every
+#                    metric of its sections as CSV, ncu-variants.csv
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -76,11 +85,49 @@ if [ "$configured" = 1 ]; then
     build_time="$(( $(date +%s) - t0 )) s (-j16, 90a-real)"
 fi
 
+# The baseline and extra libraries build while the tests run (they leave most cores idle).
+extra_pid=""
+if [ -n "${FA2_EXTRA_SRC:-}" ]; then
+    (rc=0
+     for src in $FA2_EXTRA_SRC; do
+        name=$(basename "$src")
+        echo "=== extra library $name from $src"
+        if cmake -S "$src" -B "build-extra-$name" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+            -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
+            cmake --build "build-extra-$name" -j12 --target fa2 >/dev/null; then
+            echo "=== extra library $name: build-extra-$name/libfa2.so"
+        else
+            echo "=== extra library $name: FAILED"
+            rc=1
+        fi
+     done
+     exit $rc) >"$OUT/extra-build.log" 2>&1 &
+    extra_pid=$!
+fi
+baseline_pid=""
+if [ -n "${FA2_BASELINE:-}" ]; then
+    : >"$OUT/ab.log"
+    (cmake -S "$FA2_BASELINE" -B build-baseline -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+        -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
+        cmake --build build-baseline -j12 --target fa2 >/dev/null) >"$OUT/baseline-build.log" 2>&1 &
+    baseline_pid=$!
+fi
+
 : >"$OUT/ctest.log"
 # shellcheck disable=SC2086  # FA2_CTEST_ARGS is a list of words
 run_step ctest "$OUT/ctest.log" ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -LE sanitizer ${FA2_CTEST_ARGS:-}
 # Every test's own output (passing ones included): ctest-output.log
 cp "$BUILD/Testing/Temporary/LastTest.log" "$OUT/ctest-output.log" 2>/dev/null || true
+# The extra and baseline libraries are done before anything is timed (a build would
+# disturb it).
+if [ -n "$extra_pid" ]; then
+    wait "$extra_pid" || failed+=("extra-build")
+fi
+if [ -n "$baseline_pid" ]; then
+    wait "$baseline_pid"
+    baseline_rc=$?
+    run_step baseline-build "$OUT/ab.log" bash -c "cat '$OUT/baseline-build.log'; exit $baseline_rc"
+fi
 
 if [ "${FA2_SANITIZER:-0}" = 1 ]; then
     : >"$OUT/sanitizer.log"
@@ -97,11 +144,7 @@ if [ "${FA2_SKIP_BENCH:-0}" != 1 ]; then
     run_step bench "$OUT/bench.log" "$BUILD/bench/fa2_bench" --csv "$OUT/bench.csv" ${FA2_BENCH_ARGS:-}
 fi
 
-if [ -n "${FA2_BASELINE:-}" ]; then
-    : >"$OUT/ab.log"
-    run_step baseline-build "$OUT/ab.log" bash -c "cmake -S '$FA2_BASELINE' -B build-baseline -G Ninja \
-        -DCMAKE_CUDA_ARCHITECTURES=90a-real -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
-        cmake --build build-baseline -j16 --target fa2 >/dev/null"
+if [ -n "${FA2_BASELINE:-}" ] && [ "${FA2_SKIP_AB:-0}" != 1 ]; then
     # shellcheck disable=SC2086
     run_step ab "$OUT/ab.log" python3 bench/ab_compare.py --lib "$BUILD/libfa2.so" \
         --base build-baseline/libfa2.so --base-binding "$FA2_BASELINE/python/libfa2" \
@@ -141,6 +184,16 @@ if [ "${FA2_COMBINE:-0}" = 1 ]; then
     # shellcheck disable=SC2046  # with FA2_BASELINE: A/B against it
     run_step combine "$OUT/combine.log" python3 bench/combine_compare.py --lib "$BUILD/libfa2.so" \
         --csv "$OUT/combine.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
+fi
+
+if [ "${FA2_PROFILE:-0}" = 1 ]; then
+    : >"$OUT/profile.log"
+    run_step profile "$OUT/profile.log" ncu --kernel-name regex:fwd_sm90 --launch-count 3 \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+        --section InstructionStats --section LaunchStats --section Occupancy \
+        --page raw --csv --log-file "$OUT/ncu-variants.csv" \
+        python3 bench/variants_profile.py --lib "$BUILD/libfa2.so"
+    python3 bench/variants_profile.py --summary "$OUT/ncu-variants.csv" >>"$OUT/profile.log" 2>&1
 fi
 
 if [ "${FA2_VARIANTS:-0}" = 1 ]; then
@@ -205,6 +258,7 @@ fi
     summary_lines varlen.log "varlen: (TFLOP/s)" '^(varlen|equal|paged|decode) '
     summary_lines combine.log "combine: (fa2_combine, fp32 parts to bf16)" '^combine '
     summary_lines variants.log "variants: (time over the plain plan's)" '^(variant|backward) '
+    summary_lines profile.log "profile: (ncu, forward kernels, 1 x 8k GQA 32:8 d128 causal)" '^profile '
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'
     fi

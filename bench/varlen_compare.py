@@ -20,6 +20,7 @@ Inputs are made with torch; times are medians of CUDA-event-timed calls (sdpa_co
 time_ms). Prints a table, optionally writes CSV.
 
     python3 bench/varlen_compare.py --lib build/libfa2.so [--csv out.csv] [--seed 0]
+        [--base-lib other/libfa2.so] [--pages 16,64] [--rows varlen,equal,paged,decode]
 """
 import argparse
 import os
@@ -152,7 +153,10 @@ def main():
     ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on every row "
                     "(same binding: the structs must match)")
     ap.add_argument("--pages", default="16,64", help="page sizes of the paged rows")
+    ap.add_argument("--rows", default="varlen,equal,paged,decode",
+                    help="which groups of rows to time (comma-separated)")
     args = ap.parse_args()
+    groups = set(args.rows.split(","))
     lib = fa2lib.load_library(args.lib)
     base = fa2lib.load_library(args.base_lib) if args.base_lib else None
     rng = random.Random(args.seed)
@@ -163,6 +167,8 @@ def main():
 
     for n in (8, 16, 32, 64):  # varlen against PyTorch's FlashAttention-2 varlen
         lens = [rng.randint(128, 8192) for _ in range(n)]
+        if "varlen" not in groups:
+            continue  # the lengths are drawn all the same: later rows keep theirs
         cu, q, k, v = packed_inputs(lens, dt)
         o = torch.empty_like(q)
         try:
@@ -174,7 +180,8 @@ def main():
                              ("torch", lambda: torch_varlen(q, k, v, cu, max(lens))))
         rows.append(compare(f"varlen {n} seqs, lengths 128..8k", causal_flops(lens), calls))
 
-    for n, s in ((8, 2048), (16, 4096), (4, 8192)):  # varlen against dense, equal lengths
+    equal = ((8, 2048), (16, 4096), (4, 8192)) if "equal" in groups else ()
+    for n, s in equal:  # varlen against dense, equal lengths
         lens = [s] * n
         cu, q, k, v = packed_inputs(lens, dt)
         o = torch.empty_like(q)
@@ -191,7 +198,7 @@ def main():
     # order (a fresh prefill's): the same page lookups, without the addresses' scatter.
     # Timed in alternation for ROUNDS rounds (clock drift hits all alike); the ratio is
     # of the medians, the spread the range of the per-round ratios.
-    for page in (int(x) for x in args.pages.split(",")):
+    for page in (int(x) for x in args.pages.split(",") if "paged" in groups):
         lens = [rng.randint(512, 8192) for _ in range(16)]
         cu, q, k, v = packed_inputs(lens, dt)
         used = torch.tensor(lens, dtype=torch.int32, device="cuda")
@@ -244,7 +251,8 @@ def main():
                       f"{ratio(times['contiguous'], times['base ' + order])[0]:5.3f})",
                       flush=True)
 
-    for batch, keys in ((1, 8192), (16, 8192), (64, 4096)):  # paged decode, page 16
+    decode = ((1, 8192), (16, 8192), (64, 4096)) if "decode" in groups else ()
+    for batch, keys in decode:  # paged decode, page 16
         rows.append(decode_row(lib, base, batch, keys, 16, dt))
 
     if args.csv:

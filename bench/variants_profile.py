@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""One forward each of the plain, softcap and ALiBi plans, for a profiler (variants_compare's
+1 x 8k GQA 32:8 shape: bf16, d = 128, causal). Under Nsight Compute (bench/gpu_check.sh,
+FA2_PROFILE=1):
+    ncu --kernel-name regex:fwd_sm90 --page raw --csv --log-file ncu.csv ... \\
+        python3 bench/variants_profile.py --lib build/libfa2.so
+The kernels come in that order: plain, softcap, ALiBi. `--summary ncu.csv` prints, per
+kernel, its time, each pipe's and the issue slots' use, and its largest warp stalls."""
+import argparse
+import csv
+import os
+import sys
+
+NAMES = ("plain", "softcap", "alibi")
+
+
+def profile(lib_path, seqlen):
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from sdpa_compare import load_library  # noqa: E402
+    from variants_compare import plan_with  # noqa: E402
+
+    lib = load_library(lib_path)
+    torch.manual_seed(0)
+    s, dt = seqlen, torch.bfloat16
+    q = torch.randn(1, s, 32, 128, device="cuda", dtype=dt)
+    k = torch.randn(1, s, 8, 128, device="cuda", dtype=dt)
+    v = torch.randn_like(k)
+    o = torch.empty_like(q)
+    slopes = torch.rand(32, device="cuda") * 0.25
+    for fields in ({}, dict(softcap=30.0), dict(alibi=1)):
+        plan = plan_with(lib, q, k, True, **fields)
+        ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+        plan.forward_with(q, k, v, o, alibi_slopes=slopes if fields.get("alibi") else None,
+                          workspace=ws, stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+
+
+def summary(path):
+    """ncu --page raw --csv: a header row of metric names, a row of units, a row per kernel."""
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if len(r) > 10]
+    if len(rows) < 3:
+        print(f"{path}: no kernel rows")
+        return 1
+    head, kernels = rows[0], rows[2:]
+    col = {name: i for i, name in enumerate(head)}
+
+    def value(row, name):
+        try:
+            return float(row[col[name]].replace(",", ""))
+        except (KeyError, ValueError):
+            return None
+
+    pipes = [n for n in head if n.startswith("sm__") and "pipe" in n and
+             n.endswith("pct_of_peak_sustained_active")]
+    stalls = [n for n in head if n.startswith("smsp__average_warp_latency_issue_stalled_")
+              and n.endswith(".ratio")]
+    for name, row in zip(NAMES, kernels):
+        t = value(row, "gpu__time_duration.sum")
+        print(f"profile {name:8s} time {t} ns, issue active "
+              f"{value(row, 'smsp__issue_active.avg.pct_of_peak_sustained_active')} %, "
+              f"registers {value(row, 'launch__registers_per_thread')}")
+        used = sorted(((value(row, n) or 0.0, n) for n in pipes), reverse=True)[:8]
+        print("profile   pipes % of peak: " + ", ".join(
+            f"{n.replace('sm__', '').split('.')[0]} {v:.1f}" for v, n in used if v > 0.5))
+        top = sorted(((value(row, n) or 0.0, n) for n in stalls), reverse=True)[:6]
+        print("profile   stalls (cycles per issue): " + ", ".join(
+            f"{n.split('stalled_')[1].split('.')[0]} {v:.2f}" for v, n in top))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
+    ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument("--summary", help="print the summary of an ncu raw CSV and exit")
+    args = ap.parse_args()
+    if args.summary:
+        return summary(args.summary)
+    profile(args.lib, args.seqlen)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1153,11 +1153,12 @@ static const paged_case_t paged_cases[] = {
      {1000, 300, 5, 129}, 24, 2, 0, 0, 0},
     {"ALiBi alone, producer, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
      {640, 300, 77}, 16, 1, 0, 2, 0},
-    /* softcap with sinks, no ALiBi: the scores' bound as the softmax's offset, in the
-     * producer's, the copy engine's and cp.async's (d = 64) overlapped or one-tile loops */
+    /* softcap with sinks, no ALiBi, bf16: the scores' bound as the softmax's offset, in
+     * the producer's, the copy engine's and cp.async's (d = 64) overlapped or one-tile
+     * loops */
     {"bounded softcap, producer, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 0, 1, 77},
      {300, 40, 900, 200}, 16, 1, 0, 3, 0},
-    {"bounded softcap, copy engine, d 128", FP16, 4, 2, 128, 0, 100, 7, 3, {200, 1, 77},
+    {"bounded softcap, copy engine, d 128", BF16, 4, 2, 128, 0, 100, 7, 3, {200, 1, 77},
      {640, 300, 77}, 64, 0, 0, 3, 0},
     {"bounded softcap, d 64, odd page", BF16, 4, 1, 64, 1, -1, -1, 3, {129, 5, 1},
      {129, 260, 33}, 17, 1, 0, 3, 0},

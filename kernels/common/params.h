@@ -11,8 +11,8 @@
 extern "C" {
 #endif
 
-/* The largest softcap at which the Hopper forward offsets softcapped scores by their
- * bound instead of a running maximum (kernels/common/score_variants.cuh,
+/* The largest softcap at which the Hopper forward offsets softcapped bf16 scores by
+ * their bound instead of a running maximum (kernels/common/score_variants.cuh,
  * softcap_bounds_scores); the GPU tests run it at this value. */
 #define FA2_MAX_BOUNDED_SOFTCAP 33.0f
 

@@ -73,10 +73,13 @@ struct ScoreKindTag {
 };
 
 // Whether a call's softcapped scores are bounded so (softcap on, at most
-// kMaxBoundedSoftcap, no ALiBi: its distances have no lower bound).
+// kMaxBoundedSoftcap, no ALiBi: its distances have no lower bound) and its P can carry
+// such exponentials: bf16, whose exponent is fp32's (fp16's P, with 5 exponent bits,
+// would lose every row whose largest score lies 24 log2 units under the bound).
 inline __host__ __device__ bool softcap_bounds_scores(const fa2_params_t &p)
 {
-    return p.softcap > 0.f && p.softcap <= kMaxBoundedSoftcap && !p.alibi_slopes;
+    return p.dtype == FA2_DTYPE_BF16 && p.softcap > 0.f && p.softcap <= kMaxBoundedSoftcap &&
+           !p.alibi_slopes;
 }
 
 // Head `head`'s sink in log2 units, -inf without sinks.

@@ -41,6 +41,12 @@ inline int paged_box_rows(const fa2_params_t &p, int block_n)
                : 0;
 }
 
+// Whether Elem has kBoundedSoftcap instances: bf16 only (softcap_bounds_scores).
+template <typename Elem>
+constexpr bool kBoundedSoftcapFor = false;
+template <>
+constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
+
 // The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
 // 3 by cp.async, 4 by kPagedSmall (the producer warpgroup where there is one).
 template <typename Tr, int kScores, int kPagedSmall>
@@ -96,10 +102,12 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                      : args.page_box_rows > 0 ? 2
                      : kProducer && scores != kGeneralScores ? 4
                                                              : 3;
-    const auto kernel =
-        scores == kPlainScores      ? fwd_sm90_kernel_for<Tr, kPlainScores, kPagedSmall>(path)
-        : scores == kBoundedSoftcap ? fwd_sm90_kernel_for<Tr, kBoundedSoftcap, kPagedSmall>(path)
-                                    : fwd_sm90_kernel_for<Tr, kGeneralScores, kPagedSmall>(path);
+    auto kernel = scores == kPlainScores
+                      ? fwd_sm90_kernel_for<Tr, kPlainScores, kPagedSmall>(path)
+                      : fwd_sm90_kernel_for<Tr, kGeneralScores, kPagedSmall>(path);
+    if constexpr (kBoundedSoftcapFor<Elem>)
+        if (scores == kBoundedSoftcap)
+            kernel = fwd_sm90_kernel_for<Tr, kBoundedSoftcap, kPagedSmall>(path);
     const int threads = path == 4 ? FwdSm90Launch<Tr, kPagedSmall>::kThreads : Tr::kThreads;
     return launch_one(kernel, grid, threads, Tr::kSmemBytes, stream, args);
 }

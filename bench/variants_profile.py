@@ -55,8 +55,7 @@ def summary(path):
 
     pipes = [n for n in head if n.startswith("sm__") and "pipe" in n and
              n.endswith("pct_of_peak_sustained_active")]
-    stalls = [n for n in head if n.startswith("smsp__average_warp_latency_issue_stalled_")
-              and n.endswith(".ratio")]
+    stalls = [n for n in head if "issue_stalled_" in n and n.endswith(".ratio")]
     for name, row in zip(NAMES, kernels):
         t = value(row, "gpu__time_duration.sum")
         print(f"profile {name:8s} time {t} ns, issue active "

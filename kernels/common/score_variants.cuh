@@ -63,14 +63,9 @@ __device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, i
 // rounding. Grok's 30 is below it; Gemma 2's 50 keeps the maximum.
 constexpr float kMaxBoundedSoftcap = FA2_MAX_BOUNDED_SOFTCAP;
 
-// Which scores a kernel's loop is compiled for, one loop each so that none carries
-// another's code: plain, a softcap that bounds them (softcap_bounds_scores), or any
-// variants. ScoreKindTag<k> passes one to a generic lambda.
+// Which scores a Hopper forward instance is compiled for, so that none carries another's
+// code: plain, a softcap that bounds them (softcap_bounds_scores), or any variants.
 enum ScoreKind { kPlainScores, kBoundedSoftcap, kGeneralScores };
-template <int kKind>
-struct ScoreKindTag {
-    static constexpr int kValue = kKind;
-};
 
 // Whether a call's softcapped scores are bounded so (softcap on, at most
 // kMaxBoundedSoftcap, no ALiBi: its distances have no lower bound) and its P can carry

@@ -85,6 +85,13 @@ if [ "$configured" = 1 ]; then
     build_time="$(( $(date +%s) - t0 )) s (-j16, 90a-real)"
 fi
 
+# build_library SRC DIR: libfa2.so alone from the sources in SRC, into DIR.
+build_library() {
+    cmake -S "$1" -B "$2" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+        -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
+        cmake --build "$2" -j12 --target fa2 >/dev/null
+}
+
 # The baseline and extra libraries build while the tests run (they leave most cores idle).
 extra_pid=""
 if [ -n "${FA2_EXTRA_SRC:-}" ]; then
@@ -92,9 +99,7 @@ if [ -n "${FA2_EXTRA_SRC:-}" ]; then
      for src in $FA2_EXTRA_SRC; do
         name=$(basename "$src")
         echo "=== extra library $name from $src"
-        if cmake -S "$src" -B "build-extra-$name" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real \
-            -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
-            cmake --build "build-extra-$name" -j12 --target fa2 >/dev/null; then
+        if build_library "$src" "build-extra-$name"; then
             echo "=== extra library $name: build-extra-$name/libfa2.so"
         else
             echo "=== extra library $name: FAILED"
@@ -107,9 +112,7 @@ fi
 baseline_pid=""
 if [ -n "${FA2_BASELINE:-}" ]; then
     : >"$OUT/ab.log"
-    (cmake -S "$FA2_BASELINE" -B build-baseline -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a-real \
-        -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF >/dev/null &&
-        cmake --build build-baseline -j12 --target fa2 >/dev/null) >"$OUT/baseline-build.log" 2>&1 &
+    build_library "$FA2_BASELINE" build-baseline >"$OUT/baseline-build.log" 2>&1 &
     baseline_pid=$!
 fi
 

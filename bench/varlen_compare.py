@@ -157,6 +157,9 @@ def main():
                     help="which groups of rows to time (comma-separated)")
     args = ap.parse_args()
     groups = set(args.rows.split(","))
+    unknown = groups - {"varlen", "equal", "paged", "decode"}
+    if unknown:
+        ap.error(f"--rows: no such group {', '.join(sorted(unknown))}")
     lib = fa2lib.load_library(args.lib)
     base = fa2lib.load_library(args.base_lib) if args.base_lib else None
     rng = random.Random(args.seed)
@@ -198,7 +201,8 @@ def main():
     # order (a fresh prefill's): the same page lookups, without the addresses' scatter.
     # Timed in alternation for ROUNDS rounds (clock drift hits all alike); the ratio is
     # of the medians, the spread the range of the per-round ratios.
-    for page in (int(x) for x in args.pages.split(",") if "paged" in groups):
+    pages = [int(x) for x in args.pages.split(",")] if "paged" in groups else []
+    for page in pages:
         lens = [rng.randint(512, 8192) for _ in range(16)]
         cu, q, k, v = packed_inputs(lens, dt)
         used = torch.tensor(lens, dtype=torch.int32, device="cuda")

@@ -92,7 +92,8 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             args.page_box_rows = box_rows;
     }
     // The producer serves pages too small for the copy engine at one math warpgroup
-    // (d = 128) in the overlapped loop's cases (no softcap, or one that bounds the scores).
+    // (d = 128) in the overlapped loop's cases: no softcap (plain, ALiBi alone), or one
+    // that bounds the scores. Its instances have no other loop.
     constexpr bool kProducer = Tr::kHeadDim == 128 && Tr::kWarpgroups == 1;
     constexpr int kPagedSmall = kProducer ? kKvByProducer : kKvByCpAsync;
     const int scores = !runs_scored_kernels(p)     ? kPlainScores
@@ -100,8 +101,8 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                                                   : kGeneralScores;
     const int path = !p.page_table            ? (p.cu_seqlens_q ? 1 : 0)
                      : args.page_box_rows > 0 ? 2
-                     : kProducer && scores != kGeneralScores ? 4
-                                                             : 3;
+                     : kProducer && (scores != kGeneralScores || p.softcap == 0.f) ? 4
+                                                                                   : 3;
     auto kernel = scores == kPlainScores
                       ? fwd_sm90_kernel_for<Tr, kPlainScores, kPagedSmall>(path)
                       : fwd_sm90_kernel_for<Tr, kGeneralScores, kPagedSmall>(path);

@@ -43,7 +43,9 @@ static long g_only = -1;
 typedef struct variants_t {
     float softcap;
     int alibi, sinks;    /* alibi 2: slopes in [0.6, 0.8), around the ln 2 above which the
-                            Hopper forward does not split ALiBi into column and row terms */
+                            Hopper forward does not split ALiBi into column and row terms;
+                            3: in [0, 0.02), so that tiles far from the diagonal (split
+                            there) weigh in every row */
     float softmax_scale; /* 0: 1 / sqrt(head_dim) */
     int low_rows;        /* 1: K's elements >= 0 and Q's even rows <= 0, so that every
                             score of those rows is negative (near -softcap when large) */
@@ -98,8 +100,9 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
                 qv[i] = -qv[i], qb[i] ^= 0x8000u;
     }
     for (int64_t h = 0; h < hq; ++h) {
-        slopes[h] = var.alibi == 2 ? oracle_rng_uniform(&rng, 0.6f, 0.8f)
-                                   : oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        slopes[h] = var.alibi == 2   ? oracle_rng_uniform(&rng, 0.6f, 0.8f)
+                    : var.alibi == 3 ? oracle_rng_uniform(&rng, 0.0f, 0.02f)
+                                     : oracle_rng_uniform(&rng, 0.0f, 0.3f);
         sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
     }
     const oracle_score_t mod = {var.softcap, var.alibi ? slopes : NULL,
@@ -160,7 +163,8 @@ static void test_scored_dense(void **state)
     static const int64_t dims[] = {32, 64, 96, 128, 160, 192, 256};
     static const variants_t vars[] = {{30.0f, 0, 0, 0.0f, 0}, {0.0f, 1, 0, 0.0f, 0},
                                       {0.0f, 0, 1, 0.0f, 0}, {5.0f, 1, 1, 0.0f, 0},
-                                      {20.0f, 0, 1, 0.0f, 0}, {0.0f, 2, 0, 0.0f, 0}};
+                                      {20.0f, 0, 1, 0.0f, 0}, {0.0f, 2, 0, 0.0f, 0},
+                                      {0.0f, 3, 1, 0.0f, 0},  {10.0f, 3, 0, 0.0f, 0}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 0, failed = 0, run = 0;
     for (int device = 0; device < 2; ++device)
@@ -172,8 +176,8 @@ static void test_scored_dense(void **state)
                 const int causal = (int)((di + vi + (size_t)device) % 2);
                 /* q > k when causal: the first rows see no key */
                 failed += !run_dense(index, dt, 2, causal ? 200 : 130, causal ? 150 : 333, 4,
-                                     2, dims[di], causal, vi >= 3 ? 40 : -1, vars[vi],
-                                     device ? &consumer : &g_info);
+                                     2, dims[di], causal, vi >= 3 && vi < 6 ? 40 : -1,
+                                     vars[vi], device ? &consumer : &g_info);
                 ++run;
             }
     printf("%ld of %ld scored prefill cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);

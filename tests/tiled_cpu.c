@@ -88,6 +88,14 @@ static int alibi_side(const fa2_problem_t *p, const oracle_score_t *mod, int64_t
     return i0 + off >= j1 ? 1 : i1 + off <= j0 ? -1 : 0;
 }
 
+/* One-sided ALiBi's term left out of column c's score (alibi_side): -slope times the
+ * row's distance to the tile's first key less c & 6, the column's lane offset in the
+ * kernel's quad (0 with slope 0: no split). */
+static float one_side_bias(float slope, int64_t dist0, int64_t c)
+{
+    return -slope * (float)(dist0 - (c & 6));
+}
+
 /* One query block [i0, i1) of one (batch, head) over key blocks [kb0, kb1) of the
  * ones it can see (a split, or all of them): O (normalized over those keys) and LSE
  * (-inf for a row that saw no key). */
@@ -124,10 +132,11 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
             const int64_t i = i0 + r;
             const float *qi = qb + i * p->q_seq_stride;
             float *s = t->s + r * bn;
-            /* one-sided ALiBi: the row's term, left out of s and taken by the max and
-             * the offset */
+            /* one-sided ALiBi: the slope times column c's part c & ~6 on the score, the
+             * rest (one_side_bias) taken by the max and the offset, as the kernel splits
+             * it: its bias differs between the lanes of a quad */
             const float slope = side ? (float)side * mod->alibi_slopes[h] : 0.0f;
-            const float bias = -slope * (float)(i + p->seqlen_k - p->seqlen_q - j0);
+            const int64_t dist0 = i + p->seqlen_k - p->seqlen_q - j0;
 
             /* S = scale * Q_i K_j^T, masked to -inf; the block's row max */
             float m_blk = -INFINITY;
@@ -137,20 +146,21 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
                 for (int64_t x = 0; x < d; ++x)
                     dot += qi[x] * kj[x];
                 s[c] = !visible(p, i, j0 + c) ? -INFINITY
-                       : side ? fmaf(slope, (float)c, score(p, mod, h, i, -1, scale * dot))
+                       : side ? fmaf(slope, (float)(c & ~(int64_t)6),
+                                     score(p, mod, h, i, -1, scale * dot))
                               : score(p, mod, h, i, j0 + c, scale * dot);
-                m_blk = fmaxf(m_blk, s[c]);
+                m_blk = fmaxf(m_blk, s[c] + one_side_bias(slope, dist0, c));
             }
 
             /* online softmax: new max, rescale factor for what is accumulated. A row
              * that has seen no visible key yet keeps m = -inf; exponentiate against 0
              * then, so that exp(-inf - -inf) never makes a NaN. */
-            const float m_new = bounded ? t->m[r] : fmaxf(t->m[r], m_blk + bias);
+            const float m_new = bounded ? t->m[r] : fmaxf(t->m[r], m_blk);
             const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
             const float alpha = expf(t->m[r] - m_ref);
             float l_blk = 0.0f;
             for (int64_t c = 0; c < cols; ++c) {
-                s[c] = flush_subnormal(expf(s[c] - (m_ref - bias)));
+                s[c] = flush_subnormal(expf(s[c] - (m_ref - one_side_bias(slope, dist0, c))));
                 l_blk += s[c];
             }
             t->l[r] = alpha * t->l[r] + l_blk;

@@ -63,9 +63,10 @@ struct OnlineSoftmax {
         update_rows<kNTiles, kHalves, false>(s, scale_log2, no_bias, alpha_out);
     }
 
-    // update_deferred() for scores s + bias[mt][h] (a per-row term the caller left out of
-    // s, common/score_variants.cuh: apply_alibi_one_side): the row maxima are of s +
-    // bias, each exponent's offset takes bias instead of every score.
+    // update_deferred() for scores s + bias[mt][h], a term the caller left out of this
+    // thread's scores of row (mt, h) (common/score_variants.cuh: apply_alibi_one_side;
+    // the four lanes of a quad may have different ones): the row maxima are of s + bias,
+    // each exponent's offset takes bias instead of every score.
     template <int kNTiles>
     __device__ __forceinline__ void update_deferred_biased(float (&s)[kMTiles][kNTiles][4],
                                                            float scale_log2,
@@ -196,8 +197,8 @@ struct OnlineSoftmax {
 #pragma unroll
                 for (int nt = 0; nt < kNTiles; ++nt)
                     m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                m = quad_max(m);
-                if constexpr (kBiased) m = fmaxf(row_max[mt][h], m + bias[mt][h]);
+                // biased: each lane's maximum with its own bias, then the row's
+                m = kBiased ? fmaxf(row_max[mt][h], quad_max(m + bias[mt][h])) : quad_max(m);
                 // A row with nothing visible yet keeps max = -inf: use 0 as the
                 // exponent's offset so that exp2(-inf - 0) = 0 and never NaN. The
                 // offsets are rounded products (__fmul_rn, never fused into the

@@ -37,11 +37,12 @@ struct FwdSm90Tile;
 FA2_FWD_SM90_TILES(FA2_FWD_SM90_TILE_SPEC)
 #undef FA2_FWD_SM90_TILE_SPEC
 
-template <typename Elem_, int kHeadDim_>
+// kWarpgroups_: the tile table's, or another for one path (the producer's two).
+template <typename Elem_, int kHeadDim_, int kWarpgroups_ = FwdSm90Tile<kHeadDim_>::kWarpgroups>
 struct FwdSm90Traits {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kWarpgroups = FwdSm90Tile<kHeadDim>::kWarpgroups;
+    static constexpr int kWarpgroups = kWarpgroups_;
     static constexpr int kBlockM = 64 * kWarpgroups;
     static constexpr int kBlockN = FwdSm90Tile<kHeadDim>::kBlockN;
     static constexpr int kThreads = 128 * kWarpgroups;
@@ -63,13 +64,12 @@ struct FwdSm90Traits {
 // producer warpgroup of its own (sm90/fwd_sm90_producer.cuh).
 enum KvCopy { kKvByCopyEngine, kKvByCpAsync, kKvByProducer };
 
-// Threads per block and blocks per SM: the producer warpgroup adds 128 threads, and two
-// blocks share an SM by setmaxnreg (the math warpgroup takes the producer's registers).
+// Threads per block and blocks per SM: the producer warpgroup adds 128 threads; with one
+// math warpgroup two blocks share an SM (ProducerRegs).
 template <typename Tr, int kKv>
 struct FwdSm90Launch {
-    static_assert(kKv != kKvByProducer || Tr::kWarpgroups == 1, "one math warpgroup");
     static constexpr int kThreads = Tr::kThreads + (kKv == kKvByProducer ? 128 : 0);
-    static constexpr int kMinBlocks = kKv == kKvByProducer ? 2 : 1;
+    static constexpr int kMinBlocks = kKv == kKvByProducer && Tr::kWarpgroups == 1 ? 2 : 1;
 };
 
 // The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):
@@ -90,9 +90,9 @@ struct FwdSm90Args {
 // kGeneralScores for the other softcaps and ALiBi.
 // kKv (KvCopy): by the copy engine, thread 0 issues a tile's boxes, or warp 0's lanes a
 // paged tile's, one page each (an mbarrier counts the bytes); by cp.async (paged only:
-// args.page_box_rows = 0), every math thread copies; by the producer warpgroup (paged,
-// one math warpgroup; the overlapped loop only, so no softcap unless it bounds the
-// scores). Three paged instances, so that none carries another's code.
+// args.page_box_rows = 0), every math thread copies; by the producer warpgroup (paged;
+// the overlapped loop only, so no softcap unless it bounds the scores). Three paged
+// instances, so that none carries another's code.
 template <typename Tr, int kMode, int kScores, int kKv>
 __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                                   FwdSm90Launch<Tr, kKv>::kMinBlocks)
@@ -240,14 +240,14 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
         // each is compiled within its own register count.
         if (varlen_verdict<kMode, Tr::kBlockM, kBlockThreads>(p, seq, head, tid)) return;
         if (tid >= Tr::kThreads) {
-            set_max_regs_dec<kProducerRegs>();
+            set_max_regs_dec<ProducerRegs<Tr::kWarpgroups>::kProducer>();
             if (n_block_end > n_block_min)
                 produce_paged_tiles<Tr, Elem>(p, seq, kv_head, n_block_end - 1,
                                               n_block_end - n_block_min, k_smem, ProducerBars{bars},
                                               tid - Tr::kThreads);
             return;
         }
-        set_max_regs_inc<kProducerMathRegs>();
+        set_max_regs_inc<ProducerRegs<Tr::kWarpgroups>::kMath>();
     }
 
     if (n_block_end > n_block_min) {
@@ -468,35 +468,19 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
                 wgmma_wait<0>();
                 reg_fence(s[0]);
 
-                [[maybe_unused]] int side = 0;
-                [[maybe_unused]] float bias[1][2], alpha[1][2];
-                if constexpr (kBoundedScores) {
+                if constexpr (kBoundedScores)
                     apply_softcap(s, variants.tanh_scale);
-                } else if constexpr (kScored) {
-                    side = alibi_tile_side(variants, diag_offset, row_first, row_last,
-                                           key_first, key_first + Tr::kBlockN - 1);
-                    if (side != 0) {
-                        if (variants.tanh_scale != 0.f) apply_softcap(s, variants.tanh_scale);
-                        apply_alibi_one_side<Tr>(s, variants, side, row_first + warp * 16,
-                                                 key_first, lane, bias);
-                    } else {
-                        apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first,
-                                                 lane);
-                    }
-                }
+                else if constexpr (kScored)
+                    apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first, lane);
                 if (win.block_needs_mask(row_first, row_last, key_first,
                                          key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
-                if constexpr (kBoundedScores) {
+                if constexpr (kBoundedScores)
                     softmax.update_bounded(s, variants.score_log2);
-                } else if (side != 0) {
-                    softmax.update_deferred_biased(s, variants.score_log2, bias, alpha);
-                    softmax.rescale(o, alpha);
-                } else if constexpr (kScored) {
+                else if constexpr (kScored)
                     softmax.update(s, o, variants.score_log2);
-                } else {
+                else
                     softmax.update(s, o, p.scale_log2);
-                }
                 uint32_t pa[Tr::kBlockN / 16][4];
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)

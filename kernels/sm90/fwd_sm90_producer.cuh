@@ -1,11 +1,11 @@
 // The producer warpgroup of the Hopper paged forward (kKvByProducer): pages too small for
 // the copy engine's boxes are copied with cp.async by a warpgroup of their own, so that
-// the page lookups and copies leave the math warpgroup's issue slots (the FlashAttention-3
+// the page lookups and copies leave the math warpgroups' issue slots (the FlashAttention-3
 // warp-specialised layout). It fills the overlapped loop's buffers, one K and two V,
-// each as soon as the math warpgroup frees it, and signals each tile on mbarriers:
+// each as soon as the math warpgroups free it, and signals each tile on mbarriers:
 //   bars + 0: K full, + 8 / + 16: V full (tile parity); each 128 producer arrivals
 //             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed)
-//   bars + 24: K free, + 32 / + 40: V free; each 128 math-thread arrivals.
+//   bars + 24: K free, + 32 / + 40: V free; an arrival from every math thread.
 // Rows past the keys and pages out of range arrive as zeros (load_paged_tile).
 #pragma once
 
@@ -19,10 +19,19 @@
 
 namespace fa2 {
 
-// Registers per thread with a producer warpgroup (setmaxnreg; 256 threads, two blocks
-// per SM: 128 each at launch): the producer gives up what the math warpgroup takes.
-constexpr int kProducerRegs = 64;
-constexpr int kProducerMathRegs = 256 - kProducerRegs;
+// Registers per thread with a producer warpgroup (setmaxnreg): the producer gives up what
+// the math warpgroups take. One math warpgroup: 256 threads, two blocks per SM (128 each
+// at launch); two: 384 threads, one block (168 each at launch).
+template <int kMathWarpgroups>
+struct ProducerRegs;
+template <>
+struct ProducerRegs<1> {
+    static constexpr int kProducer = 64, kMath = 192;
+};
+template <>
+struct ProducerRegs<2> {
+    static constexpr int kProducer = 64, kMath = 216;
+};
 
 struct ProducerBars {
     uint32_t base;

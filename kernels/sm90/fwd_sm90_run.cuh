@@ -47,9 +47,13 @@ constexpr bool kBoundedSoftcapFor = false;
 template <>
 constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
 
+// Math warpgroups of a block with the producer: two share each K and V tile it copies
+// (one block per SM), where one (two blocks per SM) halves the rows per copied tile.
+constexpr int kProducerWarpgroups = 2;
+
 // The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
-// 3 by cp.async, 4 by kPagedSmall (the producer warpgroup where there is one).
-template <typename Tr, int kScores, int kPagedSmall>
+// 3 by cp.async, 4 by kPagedSmall on TrSmall's tiles (the producer where there is one).
+template <typename Tr, typename TrSmall, int kScores, int kPagedSmall>
 inline auto fwd_sm90_kernel_for(int path)
 {
     switch (path) {
@@ -57,7 +61,7 @@ inline auto fwd_sm90_kernel_for(int path)
     case 1: return fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByCopyEngine>;
     case 2: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCopyEngine>;
     case 3: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
-    default: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kPagedSmall>;
+    default: return fwd_sm90_kernel<TrSmall, kPagedSeq, kScores, kPagedSmall>;
     }
 }
 
@@ -65,8 +69,6 @@ template <typename Elem, int kHeadDim>
 cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = FwdSm90Traits<Elem, kHeadDim>;
-    const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-    const int64_t grid = m_blocks * p.heads_q * p.batch;
 
     FwdSm90Args args = {};
     args.p = p;
@@ -91,11 +93,14 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             encode_kv_map(&args.v_map, p.v, bf16, v, box_rows) == cudaSuccess)
             args.page_box_rows = box_rows;
     }
-    // The producer serves pages too small for the copy engine at one math warpgroup
-    // (d = 128) in the overlapped loop's cases: no softcap (plain, ALiBi alone), or one
-    // that bounds the scores. Its instances have no other loop.
+    // The producer serves pages too small for the copy engine where the tile table has
+    // one math warpgroup (d = 128; its blocks have kProducerWarpgroups) in the overlapped
+    // loop's cases: no softcap (plain, ALiBi alone), or one that bounds the scores. Its
+    // instances have no other loop.
     constexpr bool kProducer = Tr::kHeadDim == 128 && Tr::kWarpgroups == 1;
     constexpr int kPagedSmall = kProducer ? kKvByProducer : kKvByCpAsync;
+    using TrSmall =
+        FwdSm90Traits<Elem, kHeadDim, kProducer ? kProducerWarpgroups : Tr::kWarpgroups>;
     const int scores = !runs_scored_kernels(p)     ? kPlainScores
                        : softcap_bounds_scores(p) ? kBoundedSoftcap
                                                   : kGeneralScores;
@@ -104,13 +109,17 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                      : kProducer && (scores != kGeneralScores || p.softcap == 0.f) ? 4
                                                                                    : 3;
     auto kernel = scores == kPlainScores
-                      ? fwd_sm90_kernel_for<Tr, kPlainScores, kPagedSmall>(path)
-                      : fwd_sm90_kernel_for<Tr, kGeneralScores, kPagedSmall>(path);
+                      ? fwd_sm90_kernel_for<Tr, TrSmall, kPlainScores, kPagedSmall>(path)
+                      : fwd_sm90_kernel_for<Tr, TrSmall, kGeneralScores, kPagedSmall>(path);
     if constexpr (kBoundedSoftcapFor<Elem>)
         if (scores == kBoundedSoftcap)
-            kernel = fwd_sm90_kernel_for<Tr, kBoundedSoftcap, kPagedSmall>(path);
-    const int threads = path == 4 ? FwdSm90Launch<Tr, kPagedSmall>::kThreads : Tr::kThreads;
-    return launch_one(kernel, grid, threads, Tr::kSmemBytes, stream, args);
+            kernel = fwd_sm90_kernel_for<Tr, TrSmall, kBoundedSoftcap, kPagedSmall>(path);
+    const bool small = path == 4;
+    const int64_t block_m = small ? TrSmall::kBlockM : Tr::kBlockM;
+    const int64_t grid = (p.seqlen_q + block_m - 1) / block_m * p.heads_q * p.batch;
+    const int threads = small ? FwdSm90Launch<TrSmall, kPagedSmall>::kThreads : Tr::kThreads;
+    return launch_one(kernel, grid, threads, small ? TrSmall::kSmemBytes : Tr::kSmemBytes,
+                      stream, args);
 }
 
 }  // namespace fa2

@@ -1138,27 +1138,27 @@ static const paged_case_t paged_cases[] = {
      16, 1, 0, 0, 8},
     {"padded pages, 99 KiB", FP16, 4, 2, 64, 0, 30, 0, 3, {200, 1, 64}, {200, 333, 64}, 32, 0,
      1, 0, 40},
-    /* d = 128 pages of 64 and 128 rows: the copy engine's overlapped loop, plain and with
-     * ALiBi alone (the scored instance's overlapped loop); pages of 32 (its smallest
-     * boxes) */
-    {"copy engine, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 0, 129},
+    /* d = 128: the producer warpgroup at every page size (pages of 64, 128, 32 and an odd
+     * 24: rows of a tile in two or three pages), plain and with ALiBi alone (the scored
+     * instance's overlapped loop); softcap under a running maximum by the copy engine
+     * (pages of 64) */
+    {"producer, page 64, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 0, 129},
      {700, 64, 129, 1000}, 64, 1, 0, 0, 0},
-    {"ALiBi alone, copy engine, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
+    {"ALiBi alone, producer, page 128, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
      {640, 300, 77}, 128, 0, 0, 2, 0},
     {"page 32, d 128", BF16, 4, 1, 128, 1, -1, -1, 3, {150, 1, 33}, {400, 33, 1000}, 32, 1, 0,
      0, 0},
-    /* d = 128 pages under the copy engine's boxes: the producer warpgroup, plain with an
-     * odd page size (rows of a tile in two or three pages), and ALiBi alone */
     {"producer, page 24, MQA d 128", BF16, 8, 1, 128, 1, -1, -1, 4, {1, 300, 0, 129},
      {1000, 300, 5, 129}, 24, 2, 0, 0, 0},
     {"ALiBi alone, producer, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
      {640, 300, 77}, 16, 1, 0, 2, 0},
+    {"variants, copy engine, d 128", FP16, 4, 2, 128, 1, -1, -1, 3, {200, 1, 77},
+     {640, 300, 77}, 64, 1, 0, 1, 0},
     /* softcap with sinks, no ALiBi, bf16: the scores' bound as the softmax's offset, in
-     * the producer's, the copy engine's and cp.async's (d = 64) overlapped or one-tile
-     * loops */
+     * the producer's overlapped loop and cp.async's one-tile loop (d = 64) */
     {"bounded softcap, producer, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 0, 1, 77},
      {300, 40, 900, 200}, 16, 1, 0, 3, 0},
-    {"bounded softcap, copy engine, d 128", BF16, 4, 2, 128, 0, 100, 7, 3, {200, 1, 77},
+    {"bounded softcap, producer, page 64, d 128", BF16, 4, 2, 128, 0, 100, 7, 3, {200, 1, 77},
      {640, 300, 77}, 64, 0, 0, 3, 0},
     {"bounded softcap, d 64, odd page", BF16, 4, 1, 64, 1, -1, -1, 3, {129, 5, 1},
      {129, 260, 33}, 17, 1, 0, 3, 0},

@@ -1,8 +1,9 @@
-// The producer warpgroup of the Hopper paged forward (kKvByProducer): pages too small for
-// the copy engine's boxes are copied with cp.async by a warpgroup of their own, so that
-// the page lookups and copies leave the math warpgroups' issue slots (the FlashAttention-3
-// warp-specialised layout). It fills the overlapped loop's buffers, one K and two V,
-// each as soon as the math warpgroups free it, and signals each tile on mbarriers:
+// The producer warpgroup of the Hopper paged forward (kKvByProducer): pages of any size
+// are copied with cp.async by a warpgroup of their own, so that the page lookups and
+// copies leave the math warpgroups' issue slots (the FlashAttention-3 warp-specialised
+// layout), and two math warpgroups share each tile it copies. It fills the overlapped
+// loop's buffers, one K and two V, each as soon as the math warpgroups free it, and
+// signals each tile on mbarriers:
 //   bars + 0: K full, + 8 / + 16: V full (tile parity); each 128 producer arrivals
 //             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed)
 //   bars + 24: K free, + 32 / + 40: V free; an arrival from every math thread.

@@ -56,26 +56,18 @@ __device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, i
             static_cast<float>(seqlen_k - seqlen_q)};
 }
 
-// The largest softcap at which a softcapped score y (in [-1, 1], score units) may be
-// offset by its bound 1 instead of its row's maximum (OnlineSoftmax::update_bounded):
-// every exp2((y - 1) cap log2(e)) is then a normal float in [2^-95.3, 1] and a row's sum
-// at most its number of keys, as with the maximum, so the result is the same up to
-// rounding. Grok's 30 is below it; Gemma 2's 50 keeps the maximum.
-constexpr float kMaxBoundedSoftcap = FA2_MAX_BOUNDED_SOFTCAP;
+// FA2_MAX_BOUNDED_SOFTCAP (common/params.h) is the largest softcap at which a softcapped
+// score y (in [-1, 1], score units) may be offset by its bound 1 instead of its row's
+// maximum (OnlineSoftmax::update_bounded; which calls: fa2_sm90_softcap_bounds_scores,
+// sm90/fwd_sm90_tiles.h): every exp2((y - 1) cap log2(e)) is then a normal float in
+// [2^-95.3, 1] and a row's sum at most its number of keys, as with the maximum, so the
+// result is the same up to rounding. Grok's 30 is below it; Gemma 2's 50 keeps the
+// maximum.
 
 // Which scores a Hopper forward instance is compiled for, so that none carries another's
-// code: plain, a softcap that bounds them (softcap_bounds_scores), or any variants.
+// code: plain, a softcap that bounds them (fa2_sm90_softcap_bounds_scores), or any
+// variants.
 enum ScoreKind { kPlainScores, kBoundedSoftcap, kGeneralScores };
-
-// Whether a call's softcapped scores are bounded so (softcap on, at most
-// kMaxBoundedSoftcap, no ALiBi: its distances have no lower bound) and its P can carry
-// such exponentials: bf16, whose exponent is fp32's (fp16's P, with 5 exponent bits,
-// would lose every row whose largest score lies 24 log2 units under the bound).
-inline __host__ __device__ bool softcap_bounds_scores(const fa2_params_t &p)
-{
-    return p.dtype == FA2_DTYPE_BF16 && p.softcap > 0.f && p.softcap <= kMaxBoundedSoftcap &&
-           !p.alibi_slopes;
-}
 
 // Head `head`'s sink in log2 units, -inf without sinks.
 __device__ __forceinline__ float sink_log2(const fa2_params_t &p, int head)

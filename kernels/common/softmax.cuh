@@ -77,7 +77,7 @@ struct OnlineSoftmax {
     }
 
     // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
-    // common/score_variants.cuh: softcap_bounds_scores): the exponent's offset is the
+    // sm90/fwd_sm90_tiles.h: fa2_sm90_softcap_bounds_scores): the exponent's offset is the
     // bound instead of the running maximum, so no maximum is formed (no wait for the
     // tile's scores before the first exponential) and O is never rescaled. The caller
     // set row_max to 1 (bounded_init), which finish() and finish_with_sink() read.

@@ -86,7 +86,8 @@ struct FwdSm90Args {
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScores (ScoreKind, common/score_variants.cuh): kPlainScores without softcap or ALiBi
 // (sinks alone run the plain instance, which adds the sink at the end); kBoundedSoftcap
-// for a softcap that bounds the scores (softcap_bounds_scores: no running maximum);
+// for a softcap that bounds the scores (fa2_sm90_softcap_bounds_scores: no running
+// maximum);
 // kGeneralScores for the other softcaps and ALiBi.
 // kKv (KvCopy): by the copy engine, thread 0 issues a tile's boxes, or warp 0's lanes a
 // paged tile's, one page each (an mbarrier counts the bytes); by cp.async (paged only:
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
     softmax.init();
     [[maybe_unused]] ScoreVariants variants{};
     if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
-    // Softcapped scores offset by their bound, not a running maximum (softcap_bounds_scores)
+    // Softcapped scores offset by their bound, not a running maximum
     if constexpr (kBoundedScores) softmax.bounded_init();
     // ALiBi on tiles with one sign of the distance: a column term per score, a row term
     // for the softmax (apply_alibi_one_side); the diagonal key of row r is r + this.

@@ -41,15 +41,12 @@ inline int paged_box_rows(const fa2_params_t &p, int block_n)
                : 0;
 }
 
-// Whether Elem has kBoundedSoftcap instances: bf16 only (softcap_bounds_scores).
+// Whether Elem has kBoundedSoftcap instances: bf16 only
+// (fa2_sm90_softcap_bounds_scores).
 template <typename Elem>
 constexpr bool kBoundedSoftcapFor = false;
 template <>
 constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
-
-// Math warpgroups of a block with the producer: two share each K and V tile it copies
-// (one block per SM), where one (two blocks per SM) halves the rows per copied tile.
-constexpr int kProducerWarpgroups = 2;
 
 // The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
 // 3 by cp.async, 4 by kPagedSmall on TrSmall's tiles (the producer where there is one).
@@ -70,20 +67,22 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = FwdSm90Traits<Elem, kHeadDim>;
 
-    // A paged cache at d = 128 (one math warpgroup in the tile table) goes to the producer
-    // warpgroup, whose blocks have kProducerWarpgroups, at every page size in the
-    // overlapped loop's cases: no softcap (plain, ALiBi alone), or one that bounds the
-    // scores (its instances have no other loop). On the H200 it ran 0.96-0.97 of
+    // A paged cache goes to the producer layout where the planner says so
+    // (fa2_fwd_sm90_takes_producer, sm90/fwd_sm90_tiles.h: d = 128, softcap off or
+    // bounding the scores), at every page size: on the H200 it ran 0.96-1.01 of
     // contiguous K/V at pages of 16 to 128 rows, the copy engine's boxes 0.86-0.92.
-    constexpr bool kProducer = Tr::kHeadDim == 128 && Tr::kWarpgroups == 1;
+    constexpr bool kProducer = FA2_SM90_HAS_PRODUCER(Tr::kHeadDim, Tr::kWarpgroups);
     constexpr int kPagedSmall = kProducer ? kKvByProducer : kKvByCpAsync;
-    using TrSmall =
-        FwdSm90Traits<Elem, kHeadDim, kProducer ? kProducerWarpgroups : Tr::kWarpgroups>;
-    const int scores = !runs_scored_kernels(p)     ? kPlainScores
-                       : softcap_bounds_scores(p) ? kBoundedSoftcap
-                                                  : kGeneralScores;
-    const bool producer =
-        p.page_table && kProducer && (scores != kGeneralScores || p.softcap == 0.f);
+    using TrSmall = FwdSm90Traits<Elem, kHeadDim,
+                                  kProducer ? FA2_SM90_PRODUCER_WARPGROUPS : Tr::kWarpgroups>;
+    const int scores =
+        !runs_scored_kernels(p)                                           ? kPlainScores
+        : fa2_sm90_softcap_bounds_scores(p.dtype, p.softcap, p.alibi_slopes != nullptr)
+            ? kBoundedSoftcap
+            : kGeneralScores;
+    const bool producer = kProducer && fa2_fwd_sm90_takes_producer(
+                                           Tr::kHeadDim, Tr::kWarpgroups, p.page_table != nullptr,
+                                           p.dtype, p.softcap, p.alibi_slopes != nullptr);
 
     FwdSm90Args args = {};
     args.p = p;

@@ -852,6 +852,61 @@ static void test_copy_engine_layouts(void **state)
     assert_true(fa2_kv_copy_engine_ready(&paged));
 }
 
+/* A paged cache at d = 128 on the Hopper forward runs the producer layout where
+ * fa2_fwd_sm90_takes_producer says so (softcap off, or bf16 with a softcap of at most
+ * FA2_MAX_BOUNDED_SOFTCAP and no ALiBi), at every page size: the plan reports its tile
+ * (two math warpgroups and the producer's, 128 rows), its grid and shared memory. */
+static void test_paged_producer_tile(void **state)
+{
+    fa2_device_info_t d = device(232448);
+    fa2_problem_t p;
+    fa2_plan_t pl;
+    (void)state;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 3, 300, 0, 8, 2, 128);
+    p.total_q = 500;
+    p.q_batch_stride = p.o_batch_stride = 0;
+    p.causal = 1;
+    p.num_pages = 200;
+    p.pages_per_seq = 40;
+    const struct {
+        int32_t dtype;
+        int64_t page_size, head_dim;
+        float softcap;
+        int alibi, producer;
+    } cases[] = {
+        {FA2_DTYPE_BF16, 16, 128, 0.0f, 0, 1},  {FA2_DTYPE_BF16, 64, 128, 0.0f, 0, 1},
+        {FA2_DTYPE_FP16, 128, 128, 0.0f, 1, 1}, {FA2_DTYPE_BF16, 17, 128, 30.0f, 0, 1},
+        {FA2_DTYPE_BF16, 16, 128, FA2_MAX_BOUNDED_SOFTCAP, 0, 1},
+        {FA2_DTYPE_BF16, 16, 128, 50.0f, 0, 0}, {FA2_DTYPE_FP16, 16, 128, 30.0f, 0, 0},
+        {FA2_DTYPE_BF16, 64, 128, 30.0f, 1, 0}, {FA2_DTYPE_BF16, 16, 64, 0.0f, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        fa2_problem_t c = p;
+        c.dtype = cases[i].dtype;
+        c.head_dim = cases[i].head_dim;
+        c.page_size = cases[i].page_size;
+        c.softcap = cases[i].softcap;
+        c.alibi = cases[i].alibi;
+        c.q_seq_stride = c.o_seq_stride = c.heads_q * c.head_dim;
+        c.q_head_stride = c.o_head_stride = c.head_dim;
+        c.k_seq_stride = c.v_seq_stride = c.heads_kv * c.head_dim;
+        c.k_head_stride = c.v_head_stride = c.head_dim;
+        c.k_batch_stride = c.v_batch_stride = c.page_size * c.heads_kv * c.head_dim;
+        assert_int_equal(fa2_plan(&c, &d, &pl), FA2_SUCCESS);
+#if defined(FA2_WITH_SM90A)
+        const int producer = cases[i].producer;
+        assert_int_equal(pl.fwd_arch, 90);
+        assert_int_equal(pl.block_m, producer ? 64 * FA2_SM90_PRODUCER_WARPGROUPS : 64);
+        assert_int_equal(pl.warps, producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
+        assert_int_equal(pl.smem_bytes,
+                         fa2_fwd_sm90_smem_bytes(c.head_dim, pl.block_m, pl.block_n));
+        assert_int_equal(pl.grid_blocks,
+                         c.batch * c.heads_q * ((300 + pl.block_m - 1) / pl.block_m));
+        assert_int_equal(pl.block_n, 128);
+#endif
+    }
+}
+
 /* Which devices run a plan's kernels (fa2_forward / fa2_backward refuse the others with
  * FA2_ERROR_DEVICE_MISMATCH before queuing anything). */
 static void test_device_runs_plan(void **state)
@@ -902,6 +957,7 @@ int main(void)
         cmocka_unit_test(test_decode_splits),
         cmocka_unit_test(test_device_runs_plan),
         cmocka_unit_test(test_copy_engine_layouts),
+        cmocka_unit_test(test_paged_producer_tile),
         cmocka_unit_test(test_problem_copied),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,8 +7,9 @@
  * variants, 1e-2 bf16 / 2e-3 fp16), the LSE within 1e-3; O poisoned
  * first, so an unwritten element fails. Then the backward with each variant and all
  * three (dQ, dK, dV, dsinks) against oracle_backward_scored, both families and modes.
- * The decode kernel's variants are in test_decode_gpu, two packed batches with them in
- * test_varlen_gpu; paged prefill with the variants is not tested yet.
+ * Softcaps at and around the largest one the Hopper forward offsets by the scores' bound
+ * (test_scored_bounded_softcap). The decode kernel's variants are in test_decode_gpu,
+ * packed and paged batches with them in test_varlen_gpu.
  *
  * FA2_TEST_SEED=<seed> replays a run, FA2_TEST_CASE=<n> runs case n alone. Without a
  * CUDA device: exit 77 (skipped). */
@@ -25,6 +26,7 @@
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
+#include "common/params.h"
 #include "fa2.h"
 #include "gpu_tensor.h"
 #include "oracle.h"
@@ -40,8 +42,13 @@ static long g_only = -1;
 /* The variants of one case: softcap, and whether slopes / sinks are passed. */
 typedef struct variants_t {
     float softcap;
-    int alibi, sinks;
+    int alibi, sinks;    /* alibi 2: slopes in [0.6, 0.8), around the ln 2 above which the
+                            Hopper forward does not split ALiBi into column and row terms;
+                            3: in [0, 0.02), so that tiles far from the diagonal (split
+                            there) weigh in every row */
     float softmax_scale; /* 0: 1 / sqrt(head_dim) */
+    int low_rows;        /* 1: K's elements >= 0 and Q's even rows <= 0, so that every
+                            score of those rows is negative (near -softcap when large) */
 } variants_t;
 
 /* One dense (batch, sq, sk, hq, hkv, d) problem with the variants, planned for `info`,
@@ -56,7 +63,7 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
     p.window_left = window_left;
     p.softcap = var.softcap;
     p.softmax_scale = var.softmax_scale;
-    p.alibi = var.alibi;
+    p.alibi = var.alibi != 0;
     p.sinks = var.sinks;
     printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
            " d=%" PRId64 " causal=%d wl=%" PRId64 " softcap=%g alibi=%d sinks=%d",
@@ -84,8 +91,18 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
     fill_rounded(qv, qb, nq, &rng, dt);
     fill_rounded(kv, kb, nk, &rng, dt);
     fill_rounded(vv, vb, nk, &rng, dt);
+    if (var.low_rows) { /* negating a value is exact: bits follow with the sign bit */
+        for (int64_t i = 0; i < nk; ++i)
+            if (kv[i] < 0.0f)
+                kv[i] = -kv[i], kb[i] ^= 0x8000u;
+        for (int64_t i = 0; i < nq; ++i)
+            if ((i / (hq * d)) % sq % 2 == 0 && qv[i] > 0.0f)
+                qv[i] = -qv[i], qb[i] ^= 0x8000u;
+    }
     for (int64_t h = 0; h < hq; ++h) {
-        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        slopes[h] = var.alibi == 2   ? oracle_rng_uniform(&rng, 0.6f, 0.8f)
+                    : var.alibi == 3 ? oracle_rng_uniform(&rng, 0.0f, 0.02f)
+                                     : oracle_rng_uniform(&rng, 0.0f, 0.3f);
         sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
     }
     const oracle_score_t mod = {var.softcap, var.alibi ? slopes : NULL,
@@ -144,8 +161,10 @@ static void test_scored_dense(void **state)
 {
     (void)state;
     static const int64_t dims[] = {32, 64, 96, 128, 160, 192, 256};
-    static const variants_t vars[] = {
-        {30.0f, 0, 0, 0.0f}, {0.0f, 1, 0, 0.0f}, {0.0f, 0, 1, 0.0f}, {5.0f, 1, 1, 0.0f}};
+    static const variants_t vars[] = {{30.0f, 0, 0, 0.0f, 0}, {0.0f, 1, 0, 0.0f, 0},
+                                      {0.0f, 0, 1, 0.0f, 0}, {5.0f, 1, 1, 0.0f, 0},
+                                      {20.0f, 0, 1, 0.0f, 0}, {0.0f, 2, 0, 0.0f, 0},
+                                      {0.0f, 3, 1, 0.0f, 0},  {10.0f, 3, 0, 0.0f, 0}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 0, failed = 0, run = 0;
     for (int device = 0; device < 2; ++device)
@@ -157,8 +176,8 @@ static void test_scored_dense(void **state)
                 const int causal = (int)((di + vi + (size_t)device) % 2);
                 /* q > k when causal: the first rows see no key */
                 failed += !run_dense(index, dt, 2, causal ? 200 : 130, causal ? 150 : 333, 4,
-                                     2, dims[di], causal, vi == 3 ? 40 : -1, vars[vi],
-                                     device ? &consumer : &g_info);
+                                     2, dims[di], causal, vi >= 3 && vi < 6 ? 40 : -1,
+                                     vars[vi], device ? &consumer : &g_info);
                 ++run;
             }
     printf("%ld of %ld scored prefill cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
@@ -181,7 +200,34 @@ static void test_scored_limits(void **state)
             for (int64_t d = 96; d <= 128; d += 32, ++index)
                 if (g_only < 0 || g_only == index)
                     failed += !run_dense(index, BF16, 1, 257, 300, 4, 2, d, 1, -1,
-                                         (variants_t){caps[ci], 1, 1, scales[si]}, &g_info);
+                                         (variants_t){caps[ci], 1, 1, scales[si], 0}, &g_info);
+    assert_int_equal(failed, 0);
+}
+
+/* The largest softcap at which the Hopper forward offsets bf16 scores by their bound
+ * (FA2_MAX_BOUNDED_SOFTCAP; kernels/common/params.h), just above it (a running maximum
+ * again) and a small one, in bf16 and fp16 (a running maximum: its P has too few
+ * exponent bits), each over rows whose every score is negative: with a softmax
+ * scale of 8 (every score of those rows near -softcap: probabilities of 2^-95 against the
+ * bound, which must stay exact) and the default; with and without sinks; every head dim of
+ * the Hopper kernels (d = 128 the overlapped loop, 64 and 256 the one-tile loop). */
+static void test_scored_bounded_softcap(void **state)
+{
+    (void)state;
+    static const float caps[] = {FA2_MAX_BOUNDED_SOFTCAP, 33.5f, 0.25f};
+    static const float scales[] = {8.0f, 0.0f};
+    static const int64_t dims[] = {64, 128, 256};
+    long index = 550, failed = 0;
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; ++si)
+            for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+                for (int fp16 = 0; fp16 < 2; ++fp16, ++index) /* fp16: a running max */
+                    if (g_only < 0 || g_only == index)
+                        failed += !run_dense(index, fp16 ? FP16 : BF16, 2, 200, 333, 4, 2,
+                                             dims[di], (int)((si + di) % 2), -1,
+                                             (variants_t){caps[ci], 0, (int)((ci + si) % 2),
+                                                          scales[si], 1},
+                                             &g_info);
     assert_int_equal(failed, 0);
 }
 
@@ -358,7 +404,8 @@ static void test_scored_backward(void **state)
     (void)state;
     static const int64_t dims[] = {64, 96, 128, 256};
     static const variants_t vars[] = {
-        {0.0f, 0, 1, 0.0f}, {30.0f, 0, 0, 0.0f}, {0.0f, 1, 0, 0.0f}, {2.0f, 1, 1, 0.0f}};
+        {0.0f, 0, 1, 0.0f, 0}, {30.0f, 0, 0, 0.0f, 0}, {0.0f, 1, 0, 0.0f, 0},
+        {2.0f, 1, 1, 0.0f, 0}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 600, failed = 0, run = 0;
     for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; ++vi)
@@ -392,7 +439,7 @@ static void test_scored_backward_limits(void **state)
             for (int64_t d = 96; d <= 128; d += 32, ++index)
                 if (g_only < 0 || g_only == index)
                     failed += !run_scored_backward(index, BF16, 1, 257, 300, 4, 2, d, 1, 0,
-                                                   (variants_t){caps[ci], 1, 1, scales[si]},
+                                                   (variants_t){caps[ci], 1, 1, scales[si], 0},
                                                    &g_info);
     assert_int_equal(failed, 0);
 }
@@ -405,6 +452,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scored_dense),
         cmocka_unit_test(test_scored_limits),
+        cmocka_unit_test(test_scored_bounded_softcap),
         cmocka_unit_test(test_scored_backward),
         cmocka_unit_test(test_scored_backward_limits),
     };

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "common/params.h"
 #include "fa2.h"
 #include "oracle.h"
 #include "tiled_cpu.h"
@@ -33,6 +34,7 @@ typedef struct sweep_case_t {
     int64_t window_left, window_right;
     float softmax_scale;
     int64_t block_m, block_n; /* 0: take them from fa2_plan */
+    int low_rows; /* 1: K's elements >= 0, Q's even rows <= 0: those rows' scores all < 0 */
 } sweep_case_t;
 
 static fa2_device_info_t h200_info(void)
@@ -89,7 +91,12 @@ static int run_case(long index, sweep_case_t c, const oracle_score_t *mod, int64
     for (int64_t t = 0; t < nkv; ++t) {
         k[t] = oracle_rng_uniform(&rng, -1.0f, 1.0f);
         v[t] = oracle_rng_uniform(&rng, -1.0f, 1.0f);
+        if (c.low_rows)
+            k[t] = fabsf(k[t]);
     }
+    for (int64_t t = 0; c.low_rows && t < nq; ++t) /* layout [batch, seqlen_q, heads, d] */
+        if ((t / (c.heads_q * c.head_dim)) % c.seqlen_q % 2 == 0)
+            q[t] = -fabsf(q[t]);
 
     if (mod || splits > 1) {
         printf(" softcap=%g alibi=%d sinks=%d splits=%" PRId64, mod ? mod->softcap : 0.0,
@@ -196,7 +203,8 @@ static void test_tiled_matches_oracle(void **state)
 
 /* The score variants (softcap, ALiBi, sinks; each alone and all together) with the keys
  * whole and in 3 splits, against the oracle's: the tile loop's softcap and ALiBi, and
- * the sink added once, in the merge of the splits. */
+ * the sink added once, in the merge of the splits. Then softcaps around the largest one
+ * offset by the scores' bound (FA2_MAX_BOUNDED_SOFTCAP). */
 static void test_tiled_scored(void **state)
 {
     (void)state;
@@ -204,22 +212,42 @@ static void test_tiled_scored(void **state)
         {1, 1, 1000, 8, 2, 128, 1, -1, -1, 0.0f, 16, 64}, /* decode, GQA */
         {2, 70, 130, 4, 4, 64, 1, -1, -1, 0.0f, 64, 32},  /* causal, q < k */
         {1, 90, 40, 4, 1, 32, 1, 10, -1, 0.0f, 32, 16},   /* q > k: rows that see nothing */
+        {1, 100, 300, 4, 2, 64, 0, -1, -1, 0.0f, 32, 16}, /* tiles right of the diagonal */
+        {1, 130, 90, 2, 2, 128, 0, 30, 20, 0.0f, 16, 32}, /* a band, q > k */
     };
     oracle_rng_t pick = oracle_rng(g_seed ^ 0x5851F42D4C957F2Dull);
-    float slopes[8], sinks[8];
+    float slopes[8], steep[8], sinks[8];
     for (int h = 0; h < 8; ++h) {
         slopes[h] = oracle_rng_uniform(&pick, 0.0f, 0.5f);
+        steep[h] = h % 2 ? 0.69f : 0.7f; /* around ln 2: ALiBi split and not */
         sinks[h] = oracle_rng_uniform(&pick, -3.0f, 3.0f);
     }
     const oracle_score_t mods[] = {
         {1.0, NULL, NULL}, {30.0, NULL, NULL}, {0.0, slopes, NULL}, {0.0, NULL, sinks},
-        {5.0, slopes, sinks}};
+        {5.0, slopes, sinks}, {0.0, steep, NULL}, {50.0, slopes, NULL}};
     long index = 1000, failed = 0, run = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si)
         for (size_t mi = 0; mi < sizeof mods / sizeof mods[0]; ++mi)
             for (int64_t splits = 1; splits <= 3; splits += 2, ++index)
                 if (g_only < 0 || index == g_only)
                     failed += !run_case(index, shapes[si], &mods[mi], splits), ++run;
+
+    /* The softcap at which rows stop being offset by the running max (the bound), with
+     * and without sinks, and just above it: over rows whose every score is near -cap
+     * (scale 8; their probabilities about exp(-2 cap) against the bound) and ordinary
+     * ones. */
+    const sweep_case_t low[] = {
+        {1, 64, 300, 4, 2, 128, 1, -1, -1, 8.0f, 64, 128, 1},
+        {2, 33, 200, 2, 1, 64, 0, -1, -1, 8.0f, 64, 128, 1},
+        {1, 64, 300, 4, 2, 256, 1, -1, -1, 0.0f, 64, 80, 1},
+    };
+    const oracle_score_t bounds[] = {{FA2_MAX_BOUNDED_SOFTCAP, NULL, NULL},
+                                     {FA2_MAX_BOUNDED_SOFTCAP, NULL, sinks},
+                                     {FA2_MAX_BOUNDED_SOFTCAP + 0.5, NULL, sinks}};
+    for (size_t si = 0; si < sizeof low / sizeof low[0]; ++si)
+        for (size_t mi = 0; mi < sizeof bounds / sizeof bounds[0]; ++mi, ++index)
+            if (g_only < 0 || index == g_only)
+                failed += !run_case(index, low[si], &bounds[mi], 1 + (int64_t)mi), ++run;
     printf("%ld of %ld scored cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
     assert_int_equal(failed, 0);
 }

@@ -13,14 +13,15 @@
  * past the planned maxima (skipped: its rows stay poisoned), planning for a 99 KiB
  * device (the mma.sync kernels instead of the Hopper ones on the H200), and the score
  * variants (against oracle_forward_scored). Then the backward of each case in both modes
- * (check_backward). Then paged K/V caches (run_paged_case): page sizes 1, 16, 17, 32, 64
- * and 256, shuffled and shared pages, padded pages, the score variants; a paged cache at
- * the edge of the kernels' 32-bit row indices (run_paged_row_limit). Then the accepted
- * limits: total_q and total_k of 2^31 - 1, sequences ending on the last rows, and a
- * batch without keys (total_k = 0);
- * hostile metadata (run_hostile): each check failed once, recorded for the right
- * sequence, whose rows stay untouched while the intact ones match a clean run bit for
- * bit. Every call's metadata records are checked (records_ok).
+ * (check_backward). Then paged K/V caches (run_paged_case): page sizes 1, 16, 17, 24, 32,
+ * 64, 128 and 256 (each of the Hopper forward's ways to copy pages: cp.async, the
+ * producer warpgroup, the copy engine), shuffled and shared pages, padded pages, the
+ * score variants; a paged cache at the edge of the kernels' 32-bit row indices
+ * (run_paged_row_limit). Then the accepted limits: total_q and total_k of 2^31 - 1,
+ * sequences ending on the last rows, and a batch without keys (total_k = 0); hostile
+ * metadata (run_hostile; paged at d = 64 and 128): each check failed once, recorded for
+ * the right sequence, whose rows stay untouched while the intact ones match a clean run
+ * bit for bit. Every call's metadata records are checked (records_ok).
  *
  * FA2_TEST_SEED=<seed> replays a run. Without a CUDA device: exit 77 (skipped);
  * `--probe` only checks for one. */
@@ -770,9 +771,9 @@ static const hostile_case_t hostile_cases[] = {
 /* One batch (paged or packed K/V), run clean and then with each of its hostile edits:
  * the failing sequence and check recorded, its rows untouched, the intact sequences'
  * O and LSE bit-identical to the clean run. */
-static long run_hostile(int paged)
+static long run_hostile(int paged, int64_t d)
 {
-    const int64_t hq = 2, hkv = 1, d = 64, spare = 8;
+    const int64_t hq = 2, hkv = 1, spare = 8;
     int32_t cu_q[H_SEQS + 1] = {0}, cu_k[H_SEQS + 1] = {0}, used[H_SEQS];
     int32_t table[H_SEQS * H_PER_SEQ];
     int64_t num_pages = 2;
@@ -803,7 +804,7 @@ static long run_hostile(int paged)
     assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
     const int64_t k_rows = paged ? num_pages * H_PAGE : total_k;
     const int64_t nq = total_q * hq * d, nk = k_rows * hkv * d, n_lse = hq * total_q;
-    oracle_rng_t rng = case_rng(g_seed, 5000 + paged);
+    oracle_rng_t rng = case_rng(g_seed, 5000 + paged + d);
     float *vals = malloc(sizeof(float) * (size_t)(nq > nk ? nq : nk));
     uint16_t *qb = malloc(2 * (size_t)nq), *kb = malloc(2 * (size_t)nk),
              *vb = malloc(2 * (size_t)nk), *clean_o = malloc(2 * (size_t)nq),
@@ -836,7 +837,8 @@ static long run_hostile(int paged)
         assert_int_equal(cudaMemset(d_o, 0xFF, 2 * (size_t)nq), 0);
         assert_int_equal(cudaMemset(dlse, 0xFF, 4 * (size_t)n_lse), 0);
         assert_int_equal(cudaMemset(ws, 0xFF, (size_t)plan.workspace_bytes), 0);
-        printf("hostile %s: %s", paged ? "paged" : "packed", c ? c->name : "clean run");
+        printf("hostile %s d=%" PRId64 ": %s", paged ? "paged" : "packed", d,
+               c ? c->name : "clean run");
         const fa2_status_t st =
             fa2_forward_varlen(&plan, dq, dk, dv, d_o, dlse, dcu_q, paged ? NULL : dcu_k, dused,
                                paged ? dtable : NULL, ws, (size_t)plan.workspace_bytes, NULL);
@@ -884,7 +886,8 @@ static long run_hostile(int paged)
 static void test_hostile_metadata(void **state)
 {
     (void)state;
-    const long failed = run_hostile(0) + run_hostile(1);
+    /* d = 128: a paged cache of 16-row pages runs the producer warpgroup on sm_90 */
+    const long failed = run_hostile(0, 64) + run_hostile(1, 64) + run_hostile(1, 128);
     printf("%ld hostile metadata cases failed (seed %" PRIu64 ")\n", failed, g_seed);
     assert_int_equal(failed, 0);
 }
@@ -902,7 +905,8 @@ typedef struct paged_case_t {
     int64_t page_size;
     int shared_pages; /* sequence 1's first pages are sequence 0's (a shared prefix) */
     int consumer;     /* plan for a 99 KiB sm_89 device */
-    int scored;       /* the score variants on: softcap 10, ALiBi, sinks (2: no softcap) */
+    int scored;       /* the score variants on: softcap 10, ALiBi, sinks (2: no softcap;
+                         3: no ALiBi, the softcap bounding the scores) */
     int64_t page_pad; /* elements after each page: a page stride of no whole number of rows
                          (the kernels' 64-bit row offsets, not the row space) */
 } paged_case_t;
@@ -1016,13 +1020,14 @@ static int run_paged_case(long index, const paged_case_t *c)
     p.window_left = c->window_left;
     p.window_right = c->window_right;
     if (c->scored)
-        p.softcap = c->scored == 2 ? 0.0f : 10.0f, p.alibi = 1, p.sinks = 1;
+        p.softcap = c->scored == 2 ? 0.0f : 10.0f, p.alibi = c->scored != 3, p.sinks = 1;
     const fa2_device_info_t device = c->consumer ? consumer_device_info(&g_info) : g_info;
     printf("case %ld: paged %s %s %d seqs page=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
            " d=%" PRId64 " page stride=%" PRId64 "%s%s%s", index, c->name,
            c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", n, ps, hq, hkv, d, page_stride,
-           c->consumer ? " (planned for 99 KiB)" : "", c->scored == 1 ? " softcap=10" : "",
-           c->scored ? " alibi sinks" : "");
+           c->consumer ? " (planned for 99 KiB)" : "",
+           c->scored == 1 || c->scored == 3 ? " softcap=10" : "",
+           !c->scored ? "" : c->scored == 3 ? " sinks" : " alibi sinks");
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, &device, &plan);
     if (st != FA2_SUCCESS) {
@@ -1065,9 +1070,11 @@ static int run_paged_case(long index, const paged_case_t *c)
     oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
     if (c->scored == 2)
         mod.softcap = 0.0;
+    if (c->scored == 3)
+        mod.alibi_slopes = NULL;
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
          *dv = device_buffer(vb, 2 * (size_t)nk), *d_o = device_buffer(NULL, 2 * (size_t)nq);
-    float *dslopes = c->scored ? device_buffer(slopes, sizeof slopes) : NULL,
+    float *dslopes = c->scored && c->scored != 3 ? device_buffer(slopes, sizeof slopes) : NULL,
           *dsinks = c->scored ? device_buffer(sinks, sizeof sinks) : NULL;
     float *dlse = device_buffer(NULL, sizeof(float) * (size_t)n_lse);
     int32_t *dcu_q = device_buffer(cu_q, sizeof cu_q), *dused = device_buffer(used, sizeof used),
@@ -1131,15 +1138,30 @@ static const paged_case_t paged_cases[] = {
      16, 1, 0, 0, 8},
     {"padded pages, 99 KiB", FP16, 4, 2, 64, 0, 30, 0, 3, {200, 1, 64}, {200, 333, 64}, 32, 0,
      1, 0, 40},
-    /* d = 128 pages of 64 and 128 rows: the copy engine's overlapped loop, plain and with
-     * ALiBi alone (the scored instance's overlapped loop); pages of 32 (its smallest
-     * boxes) */
-    {"copy engine, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 0, 129},
+    /* d = 128: the producer warpgroup at every page size (pages of 64, 128, 32 and an odd
+     * 24: rows of a tile in two or three pages), plain and with ALiBi alone (the scored
+     * instance's overlapped loop); softcap under a running maximum by the copy engine
+     * (pages of 64) */
+    {"producer, page 64, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 0, 129},
      {700, 64, 129, 1000}, 64, 1, 0, 0, 0},
-    {"ALiBi alone, copy engine, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
+    {"ALiBi alone, producer, page 128, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
      {640, 300, 77}, 128, 0, 0, 2, 0},
     {"page 32, d 128", BF16, 4, 1, 128, 1, -1, -1, 3, {150, 1, 33}, {400, 33, 1000}, 32, 1, 0,
      0, 0},
+    {"producer, page 24, MQA d 128", BF16, 8, 1, 128, 1, -1, -1, 4, {1, 300, 0, 129},
+     {1000, 300, 5, 129}, 24, 2, 0, 0, 0},
+    {"ALiBi alone, producer, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
+     {640, 300, 77}, 16, 1, 0, 2, 0},
+    {"variants, copy engine, d 128", FP16, 4, 2, 128, 1, -1, -1, 3, {200, 1, 77},
+     {640, 300, 77}, 64, 1, 0, 1, 0},
+    /* softcap with sinks, no ALiBi, bf16: the scores' bound as the softmax's offset, in
+     * the producer's overlapped loop and cp.async's one-tile loop (d = 64) */
+    {"bounded softcap, producer, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 0, 1, 77},
+     {300, 40, 900, 200}, 16, 1, 0, 3, 0},
+    {"bounded softcap, producer, page 64, d 128", BF16, 4, 2, 128, 0, 100, 7, 3, {200, 1, 77},
+     {640, 300, 77}, 64, 0, 0, 3, 0},
+    {"bounded softcap, d 64, odd page", BF16, 4, 1, 64, 1, -1, -1, 3, {129, 5, 1},
+     {129, 260, 33}, 17, 1, 0, 3, 0},
 };
 
 static void test_paged_matches_oracle(void **state)

@@ -6,8 +6,11 @@
  * two check each other). */
 #include "tiled_cpu.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
+
+#include "common/params.h"
 
 typedef struct tile_buffers_t {
     float *s;   /* Br x Bc scores, then probabilities */
@@ -51,19 +54,46 @@ static void key_blocks(const fa2_problem_t *p, int64_t i0, int64_t i1, int64_t b
     *n1 = last / bn + 1;
 }
 
+/* x, or 0 when x is subnormal: the kernels' exponentials flush such results. */
+static float flush_subnormal(float x) { return x < FLT_MIN ? 0.0f : x; }
+
 /* The score of (head h, row i, key j) from the scaled product x, in fp32 as a kernel
- * computes it: softcap, then ALiBi (oracle_score.h); `mod` NULL: x. */
+ * computes it: softcap, then ALiBi (oracle_score.h; j < 0: without ALiBi); `mod` NULL:
+ * x. */
 static float score(const fa2_problem_t *p, const oracle_score_t *mod, int64_t h, int64_t i,
                    int64_t j, float x)
 {
     if (!mod)
         return x;
     float s = mod->softcap > 0.0 ? (float)mod->softcap * tanhf(x / (float)mod->softcap) : x;
-    if (mod->alibi_slopes) {
+    if (mod->alibi_slopes && j >= 0) {
         const int64_t dist = i + p->seqlen_k - p->seqlen_q - j;
         s -= mod->alibi_slopes[h] * (float)(dist < 0 ? -dist : dist);
     }
     return s;
+}
+
+/* As the Hopper forward (kernels/common/score_variants.cuh, alibi_tile_side): +1 when
+ * every key of [j0, j1] is at or before the diagonal key of every row of [i0, i1] (i +
+ * seqlen_k - seqlen_q), -1 when at or after; 0 astride, without ALiBi, or with a slope
+ * above ln 2. On a one-sided tile -slope |dist| is split into a column term on each score
+ * (the slope times the key's column in the tile) and a row term. */
+static int alibi_side(const fa2_problem_t *p, const oracle_score_t *mod, int64_t h, int64_t i0,
+                      int64_t i1, int64_t j0, int64_t j1)
+{
+    if (!mod || !mod->alibi_slopes || mod->alibi_slopes[h] == 0.0f ||
+        !(fabsf(mod->alibi_slopes[h]) * 1.4426950408889634f <= 1.0f))
+        return 0;
+    const int64_t off = p->seqlen_k - p->seqlen_q;
+    return i0 + off >= j1 ? 1 : i1 + off <= j0 ? -1 : 0;
+}
+
+/* One-sided ALiBi's term left out of column c's score (alibi_side): -slope times the
+ * row's distance to the tile's first key less c & 6, the column's lane offset in the
+ * kernel's quad (0 with slope 0: no split). */
+static float one_side_bias(float slope, int64_t dist0, int64_t c)
+{
+    return -slope * (float)(dist0 - (c & 6));
 }
 
 /* One query block [i0, i1) of one (batch, head) over key blocks [kb0, kb1) of the
@@ -81,8 +111,14 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
     const float *kb = k + b * p->k_batch_stride + hk * p->k_head_stride;
     const float *vb = v + b * p->v_batch_stride + hk * p->v_head_stride;
 
+    /* A softcap of at most FA2_MAX_BOUNDED_SOFTCAP without ALiBi bounds every score by
+     * the cap: as the Hopper forward does for bf16, take that bound as every row's
+     * offset instead of a running max (nothing rescaled; each exp(s - cap) at least
+     * exp(-2 cap), a normal float). */
+    const int bounded = p->dtype == FA2_DTYPE_BF16 && mod && mod->softcap > 0.0 &&
+                        mod->softcap <= (double)FA2_MAX_BOUNDED_SOFTCAP && !mod->alibi_slopes;
     for (int64_t r = 0; r < rows; ++r) {
-        t->m[r] = -INFINITY;
+        t->m[r] = bounded ? (float)mod->softcap : -INFINITY;
         t->l[r] = 0.0f;
         for (int64_t c = 0; c < d; ++c)
             t->acc[r * d + c] = 0.0f;
@@ -91,10 +127,16 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
     for (int64_t n = kb0; n < kb1; ++n) {
         const int64_t j0 = n * bn;
         const int64_t cols = min64(bn, p->seqlen_k - j0);
+        const int side = alibi_side(p, mod, h, i0, i1 - 1, j0, j0 + bn - 1);
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t i = i0 + r;
             const float *qi = qb + i * p->q_seq_stride;
             float *s = t->s + r * bn;
+            /* one-sided ALiBi: the slope times column c's part c & ~6 on the score, the
+             * rest (one_side_bias) taken by the max and the offset, as the kernel splits
+             * it: its bias differs between the lanes of a quad */
+            const float slope = side ? (float)side * mod->alibi_slopes[h] : 0.0f;
+            const int64_t dist0 = i + p->seqlen_k - p->seqlen_q - j0;
 
             /* S = scale * Q_i K_j^T, masked to -inf; the block's row max */
             float m_blk = -INFINITY;
@@ -103,20 +145,22 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
                 float dot = 0.0f;
                 for (int64_t x = 0; x < d; ++x)
                     dot += qi[x] * kj[x];
-                s[c] = visible(p, i, j0 + c) ? score(p, mod, h, i, j0 + c, scale * dot)
-                                             : -INFINITY;
-                m_blk = fmaxf(m_blk, s[c]);
+                s[c] = !visible(p, i, j0 + c) ? -INFINITY
+                       : side ? fmaf(slope, (float)(c & ~(int64_t)6),
+                                     score(p, mod, h, i, -1, scale * dot))
+                              : score(p, mod, h, i, j0 + c, scale * dot);
+                m_blk = fmaxf(m_blk, s[c] + one_side_bias(slope, dist0, c));
             }
 
             /* online softmax: new max, rescale factor for what is accumulated. A row
              * that has seen no visible key yet keeps m = -inf; exponentiate against 0
              * then, so that exp(-inf - -inf) never makes a NaN. */
-            const float m_new = fmaxf(t->m[r], m_blk);
+            const float m_new = bounded ? t->m[r] : fmaxf(t->m[r], m_blk);
             const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
             const float alpha = expf(t->m[r] - m_ref);
             float l_blk = 0.0f;
             for (int64_t c = 0; c < cols; ++c) {
-                s[c] = expf(s[c] - m_ref);
+                s[c] = flush_subnormal(expf(s[c] - (m_ref - one_side_bias(slope, dist0, c))));
                 l_blk += s[c];
             }
             t->l[r] = alpha * t->l[r] + l_blk;

@@ -11,6 +11,11 @@
 extern "C" {
 #endif
 
+/* The largest softcap at which the Hopper forward offsets softcapped bf16 scores by
+ * their bound instead of a running maximum (kernels/common/score_variants.cuh; which
+ * calls: kernels/sm90/fwd_sm90_tiles.h); the GPU tests run it at this value. */
+#define FA2_MAX_BOUNDED_SOFTCAP 33.0f
+
 typedef struct fa2_params_t {
     const void *q;
     const void *k;

@@ -35,6 +35,13 @@ __device__ __forceinline__ void cp_async_commit()
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
+// Arrives on the mbarrier at `bar` once this thread's cp.async copies so far have landed
+// (noinc: the mbarrier's arrival count includes this arrival).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Waits until at most `kPending` committed groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait()

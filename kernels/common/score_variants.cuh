@@ -56,6 +56,19 @@ __device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, i
             static_cast<float>(seqlen_k - seqlen_q)};
 }
 
+// FA2_MAX_BOUNDED_SOFTCAP (common/params.h) is the largest softcap at which a softcapped
+// score y (in [-1, 1], score units) may be offset by its bound 1 instead of its row's
+// maximum (OnlineSoftmax::update_bounded; which calls: fa2_sm90_softcap_bounds_scores,
+// sm90/fwd_sm90_tiles.h): every exp2((y - 1) cap log2(e)) is then a normal float in
+// [2^-95.3, 1] and a row's sum at most its number of keys, as with the maximum, so the
+// result is the same up to rounding. Grok's 30 is below it; Gemma 2's 50 keeps the
+// maximum.
+
+// Which scores a Hopper forward instance is compiled for, so that none carries another's
+// code: plain, a softcap that bounds them (fa2_sm90_softcap_bounds_scores), or any
+// variants.
+enum ScoreKind { kPlainScores, kBoundedSoftcap, kGeneralScores };
+
 // Head `head`'s sink in log2 units, -inf without sinks.
 __device__ __forceinline__ float sink_log2(const fa2_params_t &p, int head)
 {
@@ -90,6 +103,54 @@ __device__ __forceinline__ void apply_alibi(float (&s)[kMTiles][kNTiles][4],
                 const float d = dist0[mt][e >> 1] - static_cast<float>(nt * 8 + (e & 1));
                 s[mt][nt][e] = fmaf(-alibi[mt][e >> 1], fabsf(d), s[mt][nt][e]);
             }
+}
+
+// The largest |slope| log2(e) (in log2 units per key: alibi times score_log2) for which
+// ALiBi may be split into a column and a row term (apply_alibi_one_side): the column term
+// then adds at most 127 log2 units to a score before the row term takes them off again,
+// so that the scores keep the precision of -slope |dist| formed directly. Slopes are 0.5
+// and below in ALiBi's schedule.
+constexpr float kMaxOneSideAlibiLog2 = 1.f;
+
+// Which side of its rows' diagonals (key = row + seqlen_k - seqlen_q) a tile of keys
+// [key_first, key_last] lies on for rows [row_first, row_last]: +1 every key at or before
+// each row's diagonal (dist >= 0: causal tiles), -1 at or after it, 0 astride one, or
+// ALiBi off for this head, or a slope too steep to split (kMaxOneSideAlibiLog2).
+__device__ __forceinline__ int alibi_tile_side(const ScoreVariants &v, int64_t diag_offset,
+                                               int row_first, int row_last, int key_first,
+                                               int key_last)
+{
+    if (v.alibi == 0.f || !(fabsf(v.alibi * v.score_log2) <= kMaxOneSideAlibiLog2)) return 0;
+    if (row_first + diag_offset >= key_last) return 1;
+    if (row_last + diag_offset <= key_first) return -1;
+    return 0;
+}
+
+// ALiBi on a tile with one sign of dist = row + offset - key (side: alibi_tile_side),
+// where -slope |dist| = side slope (column offset) - side slope dist0: s gets the column
+// term, one FFMA per score with the column offset nt 8 + (e & 1) as a constant; bias
+// the row term (dist0 as apply_score_variants forms it), for the softmax
+// (OnlineSoftmax::update_deferred_biased).
+template <typename Tr>
+__device__ __forceinline__ void apply_alibi_one_side(float (&s)[Tr::kMTiles][Tr::kNTiles][4],
+                                                     const ScoreVariants &v, int side, int row0,
+                                                     int key0, int lane,
+                                                     float (&bias)[Tr::kMTiles][2])
+{
+    const float a = side > 0 ? v.alibi : -v.alibi;
+    const float key = static_cast<float>(key0 + 2 * (lane & 3)) - v.offset;
+#pragma unroll
+    for (int mt = 0; mt < Tr::kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            bias[mt][h] = -a * (static_cast<float>(row0 + mt * 16 + (lane >> 2) + 8 * h) - key);
+#pragma unroll
+    for (int mt = 0; mt < Tr::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[mt][nt][e] = fmaf(a, static_cast<float>(nt * 8 + (e & 1)), s[mt][nt][e]);
 }
 
 // The variants on Tr's tile: rows row0 + (mt, lane, e), keys key0 + (nt, lane, e). The

@@ -59,36 +59,59 @@ struct OnlineSoftmax {
     __device__ __forceinline__ void update_deferred(float (&s)[kMTiles][kNTiles][4],
                                                     float scale_log2, float (&alpha_out)[kMTiles][2])
     {
+        const float no_bias[kMTiles][2] = {};
+        update_rows<kNTiles, kHalves, false>(s, scale_log2, no_bias, alpha_out);
+    }
+
+    // update_deferred() for scores s + bias[mt][h], a term the caller left out of this
+    // thread's scores of row (mt, h) (common/score_variants.cuh: apply_alibi_one_side;
+    // the four lanes of a quad may have different ones): the row maxima are of s + bias,
+    // each exponent's offset takes bias instead of every score.
+    template <int kNTiles>
+    __device__ __forceinline__ void update_deferred_biased(float (&s)[kMTiles][kNTiles][4],
+                                                           float scale_log2,
+                                                           const float (&bias)[kMTiles][2],
+                                                           float (&alpha_out)[kMTiles][2])
+    {
+        update_rows<kNTiles, 2, true>(s, scale_log2, bias, alpha_out);
+    }
+
+    // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
+    // sm90/fwd_sm90_tiles.h: fa2_sm90_softcap_bounds_scores): the exponent's offset is the
+    // bound instead of the running maximum, so no maximum is formed (no wait for the
+    // tile's scores before the first exponential) and O is never rescaled. The caller
+    // set row_max to 1 (bounded_init), which finish() and finish_with_sink() read.
+    template <int kNTiles>
+    __device__ __forceinline__ void update_bounded(float (&s)[kMTiles][kNTiles][4],
+                                                   float scale_log2)
+    {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-            for (int h = 0; h < kHalves; ++h) {
-                float m = row_max[mt][h];
-#pragma unroll
-                for (int nt = 0; nt < kNTiles; ++nt)
-                    m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                m = quad_max(m);
-                // A row with nothing visible yet keeps max = -inf: use 0 as the
-                // exponent's offset so that exp2(-inf - 0) = 0 and never NaN. The
-                // offsets are rounded products (__fmul_rn, never fused into the
-                // subtraction), so that alpha = 1 exactly while the max holds and every
-                // block's p carries the same rounding of max * scale_log2: at large
-                // scales (|max * scale_log2| ~ 1e6) that rounding is a sizeable exponent.
-                const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
-                const float alpha =
-                    exp2_approx(__fmul_rn(row_max[mt][h], scale_log2) - m_scaled);
-                row_max[mt][h] = m;
+            for (int h = 0; h < 2; ++h) {
                 float sum = 0.f;
 #pragma unroll
                 for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        s[mt][nt][e] = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -m_scaled));
+                        s[mt][nt][e] = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -scale_log2));
                         sum += s[mt][nt][e];
                     }
                 }
-                row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
-                alpha_out[mt][h] = alpha;
+                row_sum[mt][h] += sum;
+            }
+        }
+    }
+
+    // The state update_bounded() works from: offset 1 (the bound), nothing summed.
+    __device__ __forceinline__ void bounded_init()
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_max[mt][h] = 1.f;
+                row_sum[mt][h] = 0.f;
             }
         }
     }
@@ -155,6 +178,51 @@ struct OnlineSoftmax {
                 const float total = sum * f + exp2_approx(sink_log2 - top);
                 inv_sum[mt][h] = f / total;
                 lse[mt][h] = (top + log2f(total)) * 0.6931471805599453f; /* ln 2 */
+            }
+        }
+    }
+
+  private:
+    // update_deferred()'s body; kBiased: the scores are s + bias (update_deferred_biased).
+    template <int kNTiles, int kHalves, bool kBiased>
+    __device__ __forceinline__ void update_rows(float (&s)[kMTiles][kNTiles][4], float scale_log2,
+                                                const float (&bias)[kMTiles][2],
+                                                float (&alpha_out)[kMTiles][2])
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < kHalves; ++h) {
+                float m = kBiased ? -INFINITY : row_max[mt][h];
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt)
+                    m = fmaxf(m, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                // biased: each lane's maximum with its own bias, then the row's
+                m = kBiased ? fmaxf(row_max[mt][h], quad_max(m + bias[mt][h])) : quad_max(m);
+                // A row with nothing visible yet keeps max = -inf: use 0 as the
+                // exponent's offset so that exp2(-inf - 0) = 0 and never NaN. The
+                // offsets are rounded products (__fmul_rn, never fused into the
+                // subtraction), so that alpha = 1 exactly while the max holds and every
+                // block's p carries the same rounding of max * scale_log2: at large
+                // scales (|max * scale_log2| ~ 1e6) that rounding is a sizeable exponent.
+                const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+                const float alpha =
+                    exp2_approx(__fmul_rn(row_max[mt][h], scale_log2) - m_scaled);
+                row_max[mt][h] = m;
+                // the exponent's offset for s: m_scaled less the row's bias in log2 units
+                const float offset =
+                    kBiased ? fmaf(-bias[mt][h], scale_log2, m_scaled) : m_scaled;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        s[mt][nt][e] = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -offset));
+                        sum += s[mt][nt][e];
+                    }
+                }
+                row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+                alpha_out[mt][h] = alpha;
             }
         }
     }

@@ -18,6 +18,7 @@
 #include "common/softmax.cuh"
 #include "common/varlen_check.cuh"
 #include "common/warp_gemm.cuh"
+#include "sm90/fwd_sm90_producer.cuh"
 #include "sm90/fwd_sm90_tiles.h"
 #include "sm90/tma.cuh"
 #include "sm90/wgmma.cuh"
@@ -36,11 +37,12 @@ struct FwdSm90Tile;
 FA2_FWD_SM90_TILES(FA2_FWD_SM90_TILE_SPEC)
 #undef FA2_FWD_SM90_TILE_SPEC
 
-template <typename Elem_, int kHeadDim_>
+// kWarpgroups_: the tile table's, or another for one path (the producer's two).
+template <typename Elem_, int kHeadDim_, int kWarpgroups_ = FwdSm90Tile<kHeadDim_>::kWarpgroups>
 struct FwdSm90Traits {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kWarpgroups = FwdSm90Tile<kHeadDim>::kWarpgroups;
+    static constexpr int kWarpgroups = kWarpgroups_;
     static constexpr int kBlockM = 64 * kWarpgroups;
     static constexpr int kBlockN = FwdSm90Tile<kHeadDim>::kBlockN;
     static constexpr int kThreads = 128 * kWarpgroups;
@@ -57,6 +59,19 @@ struct FwdSm90Traits {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
 };
 
+// How K/V tiles reach shared memory: by the copy engine (dense, packed, paged with
+// pages of whole boxes), or for a paged cache by cp.async from the math threads or from a
+// producer warpgroup of its own (sm90/fwd_sm90_producer.cuh).
+enum KvCopy { kKvByCopyEngine, kKvByCpAsync, kKvByProducer };
+
+// Threads per block and blocks per SM: the producer warpgroup adds 128 threads; with one
+// math warpgroup two blocks share an SM (ProducerRegs).
+template <typename Tr, int kKv>
+struct FwdSm90Launch {
+    static constexpr int kThreads = Tr::kThreads + (kKv == kKvByProducer ? 128 : 0);
+    static constexpr int kMinBlocks = kKv == kKvByProducer && Tr::kWarpgroups == 1 ? 2 : 1;
+};
+
 // The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):
 // a dense or packed batch's with box (64 columns, 1 head, kBlockN rows, 1); a paged
 // cache's, when page_box_rows > 0, with box (64, 1, page_box_rows, 1), page_box_rows
@@ -69,24 +84,32 @@ struct FwdSm90Args {
 };
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
-// kScored: softcap or ALiBi on (common/score_variants.cuh); sinks alone run the plain
-// instance, which adds the sink at the end.
-// kCopyEngine: K/V tiles come by the copy engine (thread 0 issues a tile's boxes, or warp
-// 0's lanes a paged tile's, one page each; an mbarrier counts the bytes); false (paged
-// only: args.page_box_rows = 0) by cp.async from every thread. Two paged instances, so
-// that neither carries the other's code.
-template <typename Tr, int kMode, bool kScored, bool kCopyEngine>
-__global__ void __launch_bounds__(Tr::kThreads, 1)
+// kScores (ScoreKind, common/score_variants.cuh): kPlainScores without softcap or ALiBi
+// (sinks alone run the plain instance, which adds the sink at the end); kBoundedSoftcap
+// for a softcap that bounds the scores (fa2_sm90_softcap_bounds_scores: no running
+// maximum);
+// kGeneralScores for the other softcaps and ALiBi.
+// kKv (KvCopy): by the copy engine, thread 0 issues a tile's boxes, or warp 0's lanes a
+// paged tile's, one page each (an mbarrier counts the bytes); by cp.async (paged only:
+// args.page_box_rows = 0), every math thread copies; by the producer warpgroup (paged;
+// the overlapped loop only, so no softcap unless it bounds the scores). Three paged
+// instances, so that none carries another's code.
+template <typename Tr, int kMode, int kScores, int kKv>
+__global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
+                                  FwdSm90Launch<Tr, kKv>::kMinBlocks)
     fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args)
 {
 #if defined(FA2_SM90A)
+    constexpr bool kCopyEngine = kKv == kKvByCopyEngine, kProducer = kKv == kKvByProducer;
+    constexpr bool kScored = kScores != kPlainScores, kBoundedScores = kScores == kBoundedSoftcap;
     static_assert(kCopyEngine || kMode == kPagedSeq, "dense and packed K/V by the copy engine");
+    constexpr int kBlockThreads = FwdSm90Launch<Tr, kKv>::kThreads;
     const fa2_params_t &p = args.p;
     // S of tile j overlaps P V of tile j - 1 when K and V come by the copy engine, at head
-    // dims to 128 with plain scores and at 128 with ALiBi alone (measured slower at 256
-    // and with softcap, whose tanh holds the registers and special-function unit).
+    // dims to 128 with plain scores and at 128 with ALiBi alone or a softcap that bounds
+    // the scores (measured slower at 256, and with softcap under a running maximum).
     constexpr bool kOverlappable =
-        kCopyEngine && (kScored ? Tr::kHeadDim == 128 : Tr::kHeadDim <= 128);
+        kProducer || (kCopyEngine && (kScored ? Tr::kHeadDim == 128 : Tr::kHeadDim <= 128));
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -101,9 +124,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
-    // Copy-engine mbarriers, K buffers 0 and 1 then V: in the alignment pad when it has
-    // room, else past V (the pad is then under 24 bytes and the rest of it follows V).
-    const uint32_t bars = q_smem - smem_addr(smem) >= 24 ? smem_addr(smem) : v_smem + Tr::kKVBytes;
+    // The mbarriers (copy engine: K buffers 0 and 1 then V; producer: ProducerBars): in
+    // the alignment pad when it has room, else past V (the pad is then too small and the
+    // rest of it follows V).
+    constexpr uint32_t kBarBytes = kProducer ? ProducerBars::kBytes : 24;
+    const uint32_t bars = q_smem - smem_addr(smem) >= kBarBytes ? smem_addr(smem)
+                                                                : v_smem + Tr::kKVBytes;
     const uint32_t v_full = bars + 16;
     const auto k_full = [bars](int it) { return bars + 8 * (it & 1); };
     // Paged: this lane's page ids for the next K tile and for the V tile, a tile ahead.
@@ -183,6 +209,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     softmax.init();
     [[maybe_unused]] ScoreVariants variants{};
     if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
+    // Softcapped scores offset by their bound, not a running maximum
+    if constexpr (kBoundedScores) softmax.bounded_init();
+    // ALiBi on tiles with one sign of the distance: a column term per score, a row term
+    // for the softmax (apply_alibi_one_side); the diagonal key of row r is r + this.
+    [[maybe_unused]] const int64_t diag_offset = int64_t{seq.seqlen_k} - seq.seqlen_q;
 
     if constexpr (kCopyEngine) {
         if (tid == 0) {
@@ -192,6 +223,32 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             fence_mbarrier_init();
         }
         __syncthreads();
+    } else if constexpr (kProducer) {
+        const ProducerBars producer_bars{bars};
+        if (tid == 0) {
+            mbarrier_init(producer_bars.k_full(), 128);
+            mbarrier_init(producer_bars.v_full(0), 128);
+            mbarrier_init(producer_bars.v_full(1), 128);
+            mbarrier_init(producer_bars.k_free(), Tr::kThreads);
+            mbarrier_init(producer_bars.v_free(0), Tr::kThreads);
+            mbarrier_init(producer_bars.v_free(1), Tr::kThreads);
+            fence_mbarrier_init();
+        }
+        __syncthreads();
+    }
+    if constexpr (kProducer) {
+        // The checks, then the warpgroups part: from here on no code is shared, so that
+        // each is compiled within its own register count.
+        if (varlen_verdict<kMode, Tr::kBlockM, kBlockThreads>(p, seq, head, tid)) return;
+        if (tid >= Tr::kThreads) {
+            set_max_regs_dec<ProducerRegs<Tr::kWarpgroups>::kProducer>();
+            if (n_block_end > n_block_min)
+                produce_paged_tiles<Tr, Elem>(p, seq, kv_head, n_block_end - 1,
+                                              n_block_end - n_block_min, k_smem, ProducerBars{bars},
+                                              tid - Tr::kThreads);
+            return;
+        }
+        set_max_regs_inc<ProducerRegs<Tr::kWarpgroups>::kMath>();
     }
 
     if (n_block_end > n_block_min) {
@@ -200,13 +257,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             seq.seqlen_q - row_first, p.head_dim, tid);
         cp_async_commit();
         int n_block = n_block_end - 1;
-        if constexpr (kMode == kPagedSeq) k_page = fetch_page(n_block * Tr::kBlockN);
-        load_k(k_smem, n_block * Tr::kBlockN, 0);
-        cp_async_commit();
-        advance_pages(n_block * Tr::kBlockN);
+        if constexpr (!kProducer) {
+            if constexpr (kMode == kPagedSeq) k_page = fetch_page(n_block * Tr::kBlockN);
+            load_k(k_smem, n_block * Tr::kBlockN, 0);
+            cp_async_commit();
+            advance_pages(n_block * Tr::kBlockN);
+        }
         // A packed batch's checks: a failed sequence writes nothing (its first copies,
         // already issued, read only in-range rows; they land before the block ends).
-        if constexpr (kMode != kDenseSeq) {
+        if constexpr (kMode != kDenseSeq && !kProducer) {
             if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid)) {
                 cp_async_wait<0>();
                 if constexpr (kCopyEngine) mbarrier_wait(k_full(0), 0);
@@ -214,14 +273,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             }
         }
 
-        if (kOverlappable && (!kScored || variants.tanh_scale == 0.f)) {
+        if (kProducer ||
+            (kOverlappable && (!kScored || kBoundedScores || variants.tanh_scale == 0.f))) {
             // Tile j's S = Q Kᵀ runs while tile j - 1's P V does: one K buffer, two V
             // buffers (the shared memory of two K and one V).
             const int tiles = n_block_end - n_block_min, last_block = n_block_end - 1;
             const int rows_first = row_first, rows_last = row_last, keys = seq.seqlen_k;
             const KeyWindow window = win;
             const auto key_of = [last_block](int j) { return (last_block - j) * Tr::kBlockN; };
-            const auto v_tile = [k_smem](int j) { return k_smem + (1 + (j & 1)) * Tr::kKVBytes; };
+            const auto v_tile = [k_smem](int j) {
+                return k_smem + (1 + (j & 1)) * Tr::kKVBytes;
+            };
             const auto v_bar = [bars](int j) { return bars + 8 + 8 * (j & 1); };
             const auto v_phase = [](int j) { return static_cast<uint32_t>((j >> 1) & 1); };
             // Tile j's K and V (paged: from the pages k_page holds, v_page for tile 0).
@@ -244,8 +306,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 if constexpr (kMode == kPagedSeq)
                     if (j < tiles) k_page = fetch_page(key_of(j));
             };
-            copy_v(0);
-            if (tiles > 1) copy_v(1);
+            // Tile j's K landed (the producer's cp.async rows then need a proxy fence).
+            const auto wait_k = [&](int j) {
+                mbarrier_wait(bars, j & 1);
+                if constexpr (kProducer) fence_proxy_async();  // cp.async's rows, to wgmma
+            };
+            if constexpr (!kProducer) {
+                copy_v(0);
+                if (tiles > 1) copy_v(1);
+            }
 
             const auto issue_s = [&](float (&s)[1][Tr::kNTiles][4]) {
                 const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
@@ -261,20 +330,40 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             // previous tile's P V is done.
             const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
                                            float (&alpha)[1][2]) {
-                if constexpr (kScored)  // ALiBi alone
-                    apply_score_variants<Tr, false>(s, variants, rows_first + warp * 16,
-                                                    key_first, lane);
+                [[maybe_unused]] int side = 0;
+                [[maybe_unused]] float bias[1][2];
+                if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
+                    if constexpr (kBoundedScores)
+                        apply_softcap(s, variants.tanh_scale);
+                    else if ((side = alibi_tile_side(variants, diag_offset, rows_first,
+                                                     rows_last, key_first,
+                                                     key_first + Tr::kBlockN - 1)) != 0)
+                        apply_alibi_one_side<Tr>(s, variants, side, rows_first + warp * 16,
+                                                 key_first, lane, bias);
+                    else
+                        apply_score_variants<Tr, false>(s, variants, rows_first + warp * 16,
+                                                        key_first, lane);
+                }
                 if (window.block_needs_mask(rows_first, rows_last, key_first,
                                             key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);
-                softmax.update_deferred(s, kScored ? variants.score_log2 : p.scale_log2, alpha);
+                if constexpr (kBoundedScores)
+                    softmax.update_bounded(s, variants.score_log2);  // O keeps its scale
+                else if (side != 0)
+                    softmax.update_deferred_biased(s, variants.score_log2, bias, alpha);
+                else
+                    softmax.update_deferred(s, kScored ? variants.score_log2 : p.scale_log2,
+                                            alpha);
             };
             uint32_t pa[Tr::kBlockN / 16][4];
             const auto issue_pv = [&](int j) {
                 mbarrier_wait(v_bar(j), v_phase(j));
+                if constexpr (kProducer) fence_proxy_async();  // cp.async's rows, to wgmma
                 // A packed sequence's or a last page's V rows past the keys (tile 0's) hold
-                // other values, which P's zeros there must not meet as inf or NaN: zeroed.
-                if (kMode != kDenseSeq && j == 0 && key_of(0) + Tr::kBlockN > keys) {
+                // other values, which P's zeros there must not meet as inf or NaN: zeroed
+                // (the producer's copies zero-fill them).
+                if (!kProducer && kMode != kDenseSeq && j == 0 &&
+                    key_of(0) + Tr::kBlockN > keys) {
                     zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(v_tile(0), keys - key_of(0),
                                                                    tid, Tr::kThreads);
                     fence_proxy_async();
@@ -289,50 +378,70 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             };
 
             cp_async_wait<0>();  // Q
-            mbarrier_wait(bars, 0);  // K of tile 0
+            wait_k(0);
             fence_proxy_async();
-            __syncthreads();
+            if constexpr (kProducer)
+                named_barrier_sync(1, Tr::kThreads);  // every math thread's Q rows landed
+            else
+                __syncthreads();
             {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
                 issue_s(s);
                 wgmma_wait<0>();
                 reg_fence(s[0]);
-                __syncthreads();  // every warp's S read K: the buffer takes tile 1's
-                if (tiles > 1) copy_k(1);
-                fetch_pages(2);
+                if constexpr (kProducer) {
+                    mbarrier_arrive(ProducerBars{bars}.k_free());  // S read K
+                } else {
+                    __syncthreads();  // every warp's S read K: the buffer takes tile 1's
+                    if (tiles > 1) copy_k(1);
+                    fetch_pages(2);
+                }
                 probabilities(s, key_of(0), alpha);  // O is 0: no rescale
 #pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    a_fragment<Elem>(pa[kk], s[0], kk);
             }
             for (int j = 1; j < tiles; ++j) {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
-                mbarrier_wait(bars, j & 1);  // K of tile j
+                wait_k(j);
                 issue_s(s);
                 issue_pv(j - 1);
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
-                __syncthreads();  // every warp's S read K
-                if (j + 1 < tiles) copy_k(j + 1);
+                if constexpr (kProducer) {
+                    mbarrier_arrive(ProducerBars{bars}.k_free());  // S read K
+                } else {
+                    __syncthreads();  // every warp's S read K
+                    if (j + 1 < tiles) copy_k(j + 1);
+                }
                 probabilities(s, key_of(j), alpha);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
-                softmax.rescale(o, alpha);
-                __syncthreads();  // every warp's P V read V(j - 1): its buffer takes tile j + 1's
-                if (j + 1 < tiles) copy_v(j + 1);
-                fetch_pages(j + 2);
+                if constexpr (!kBoundedScores) softmax.rescale(o, alpha);
+                if constexpr (kProducer) {
+                    mbarrier_arrive(ProducerBars{bars}.v_free(j - 1));  // P V read V(j - 1)
+                } else {
+                    // every warp's P V read V(j - 1): its buffer takes tile j + 1's
+                    __syncthreads();
+                    if (j + 1 < tiles) copy_v(j + 1);
+                    fetch_pages(j + 2);
+                }
 #pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    a_fragment<Elem>(pa[kk], s[0], kk);
             }
             issue_pv(tiles - 1);
             wgmma_wait<0>();
             reg_fence(o[0]);
-        } else {
+        } else if constexpr (!kProducer) {
             for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
                 const int key_first = n_block * Tr::kBlockN;
                 cp_async_wait<0>();  // Q on the first pass (and K(n_block) by cp.async)
-                if constexpr (kCopyEngine) mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
+                if constexpr (kCopyEngine)
+                    mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
                 fence_proxy_async();
-                __syncthreads();     // ...visible to wgmma; every warp is done with V and K(other)
+                // ...visible to wgmma; every warp is done with V and K(other)
+                __syncthreads();
                 load_v(v_smem, key_first);
                 cp_async_commit();
 
@@ -352,25 +461,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 // S does not read).
                 const bool prefetch = n_block > n_block_min;
                 if (prefetch) {
-                    load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN, it + 1);
+                    load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN,
+                           it + 1);
                     cp_async_commit();
                     advance_pages(key_first - Tr::kBlockN);
                 }
                 wgmma_wait<0>();
                 reg_fence(s[0]);
 
-                if constexpr (kScored)
+                if constexpr (kBoundedScores)
+                    apply_softcap(s, variants.tanh_scale);
+                else if constexpr (kScored)
                     apply_score_variants<Tr>(s, variants, row_first + warp * 16, key_first, lane);
                 if (win.block_needs_mask(row_first, row_last, key_first,
                                          key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
-                if constexpr (kScored)
+                if constexpr (kBoundedScores)
+                    softmax.update_bounded(s, variants.score_log2);
+                else if constexpr (kScored)
                     softmax.update(s, o, variants.score_log2);
                 else
                     softmax.update(s, o, p.scale_log2);
                 uint32_t pa[Tr::kBlockN / 16][4];
 #pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) a_fragment<Elem>(pa[kk], s[0], kk);
+                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                    a_fragment<Elem>(pa[kk], s[0], kk);
 
                 if constexpr (kCopyEngine) {
                     mbarrier_wait(v_full, it & 1);  // V(n_block)
@@ -401,7 +516,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 reg_fence(o[0]);
             }
         }
-    } else if constexpr (kMode != kDenseSeq) {
+    } else if constexpr (kMode != kDenseSeq && !kProducer) {
         if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid))
             return;  // no key to visit; a failed sequence writes no output
     }

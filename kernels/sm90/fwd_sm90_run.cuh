@@ -41,12 +41,48 @@ inline int paged_box_rows(const fa2_params_t &p, int block_n)
                : 0;
 }
 
+// Whether Elem has kBoundedSoftcap instances: bf16 only
+// (fa2_sm90_softcap_bounds_scores).
+template <typename Elem>
+constexpr bool kBoundedSoftcapFor = false;
+template <>
+constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
+
+// The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
+// 3 by cp.async, 4 by kPagedSmall on TrSmall's tiles (the producer where there is one).
+template <typename Tr, typename TrSmall, int kScores, int kPagedSmall>
+inline auto fwd_sm90_kernel_for(int path)
+{
+    switch (path) {
+    case 0: return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByCopyEngine>;
+    case 1: return fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByCopyEngine>;
+    case 2: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCopyEngine>;
+    case 3: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
+    default: return fwd_sm90_kernel<TrSmall, kPagedSeq, kScores, kPagedSmall>;
+    }
+}
+
 template <typename Elem, int kHeadDim>
 cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = FwdSm90Traits<Elem, kHeadDim>;
-    const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-    const int64_t grid = m_blocks * p.heads_q * p.batch;
+
+    // A paged cache goes to the producer layout where the planner says so
+    // (fa2_fwd_sm90_takes_producer, sm90/fwd_sm90_tiles.h: d = 128, softcap off or
+    // bounding the scores), at every page size: on the H200 it ran 0.96-1.01 of
+    // contiguous K/V at pages of 16 to 128 rows, the copy engine's boxes 0.86-0.92.
+    constexpr bool kProducer = FA2_SM90_HAS_PRODUCER(Tr::kHeadDim, Tr::kWarpgroups);
+    constexpr int kPagedSmall = kProducer ? kKvByProducer : kKvByCpAsync;
+    using TrSmall = FwdSm90Traits<Elem, kHeadDim,
+                                  kProducer ? FA2_SM90_PRODUCER_WARPGROUPS : Tr::kWarpgroups>;
+    const int scores =
+        !runs_scored_kernels(p)                                           ? kPlainScores
+        : fa2_sm90_softcap_bounds_scores(p.dtype, p.softcap, p.alibi_slopes != nullptr)
+            ? kBoundedSoftcap
+            : kGeneralScores;
+    const bool producer = kProducer && fa2_fwd_sm90_takes_producer(
+                                           Tr::kHeadDim, Tr::kWarpgroups, p.page_table != nullptr,
+                                           p.dtype, p.softcap, p.alibi_slopes != nullptr);
 
     FwdSm90Args args = {};
     args.p = p;
@@ -61,7 +97,7 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             if (e == cudaSuccess) e = encode_kv_map(&args.v_map, p.v, bf16, v, Tr::kBlockN);
             if (e != cudaSuccess) return e;
         }
-    } else if (const int box_rows = paged_box_rows(p, Tr::kBlockN)) {
+    } else if (const int box_rows = producer ? 0 : paged_box_rows(p, Tr::kBlockN)) {
         // (head_dim, heads_kv, page rows, pages); a layout the driver refuses keeps cp.async
         const KvLayout k = {{p.head_dim, p.heads_kv, p.page_size, p.num_pages},
                             {1, p.k_head_stride, p.k_seq_stride, p.k_batch_stride}};
@@ -71,16 +107,22 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             encode_kv_map(&args.v_map, p.v, bf16, v, box_rows) == cudaSuccess)
             args.page_box_rows = box_rows;
     }
-    // [plain, scored][dense, packed, paged by the copy engine, paged by cp.async]
-    using Kernel = decltype(&fwd_sm90_kernel<Tr, kDenseSeq, false, true>);
-    const Kernel kernels[2][4] = {
-        {fwd_sm90_kernel<Tr, kDenseSeq, false, true>, fwd_sm90_kernel<Tr, kPackedSeq, false, true>,
-         fwd_sm90_kernel<Tr, kPagedSeq, false, true>, fwd_sm90_kernel<Tr, kPagedSeq, false, false>},
-        {fwd_sm90_kernel<Tr, kDenseSeq, true, true>, fwd_sm90_kernel<Tr, kPackedSeq, true, true>,
-         fwd_sm90_kernel<Tr, kPagedSeq, true, true>, fwd_sm90_kernel<Tr, kPagedSeq, true, false>}};
-    const int path = !p.page_table ? (p.cu_seqlens_q ? 1 : 0) : (args.page_box_rows > 0 ? 2 : 3);
-    const Kernel kernel = kernels[runs_scored_kernels(p) ? 1 : 0][path];
-    return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, args);
+    const int path = !p.page_table            ? (p.cu_seqlens_q ? 1 : 0)
+                     : producer               ? 4
+                     : args.page_box_rows > 0 ? 2
+                                              : 3;
+    auto kernel = scores == kPlainScores
+                      ? fwd_sm90_kernel_for<Tr, TrSmall, kPlainScores, kPagedSmall>(path)
+                      : fwd_sm90_kernel_for<Tr, TrSmall, kGeneralScores, kPagedSmall>(path);
+    if constexpr (kBoundedSoftcapFor<Elem>)
+        if (scores == kBoundedSoftcap)
+            kernel = fwd_sm90_kernel_for<Tr, TrSmall, kBoundedSoftcap, kPagedSmall>(path);
+    const bool small = path == 4;
+    const int64_t block_m = small ? TrSmall::kBlockM : Tr::kBlockM;
+    const int64_t grid = (p.seqlen_q + block_m - 1) / block_m * p.heads_q * p.batch;
+    const int threads = small ? FwdSm90Launch<TrSmall, kPagedSmall>::kThreads : Tr::kThreads;
+    return launch_one(kernel, grid, threads, small ? TrSmall::kSmemBytes : Tr::kSmemBytes,
+                      stream, args);
 }
 
 }  // namespace fa2

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "common/params.h"
+
 /* (head_dim_bucket, warpgroups (Br = 64 per warpgroup), block_n (Bc)); each can be
  * overridden for tuning (CMake -DFA2_SM90_TILE_D128="128,2,128"). One warpgroup per
  * block at d = 64 and 128 lets two or three blocks share a multiprocessor, so one
@@ -38,6 +40,34 @@ static inline int64_t fa2_fwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t b
                                               int64_t block_n)
 {
     return (block_m + 3 * block_n) * head_dim_bucket * 2 + 1024;
+}
+
+/* Whether the Hopper forward offsets softcapped scores by their bound (1 in score units,
+ * kernels/common/score_variants.cuh) instead of a running maximum: softcap on and at
+ * most FA2_MAX_BOUNDED_SOFTCAP, no ALiBi (its distances have no lower bound), bf16
+ * (whose P has fp32's exponent; fp16's 5 bits would lose every row whose largest score
+ * lies 24 log2 units under the bound). */
+static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, int alibi)
+{
+    return dtype == FA2_DTYPE_BF16 && softcap > 0.0f && softcap <= FA2_MAX_BOUNDED_SOFTCAP &&
+           !alibi;
+}
+
+/* The paged forward's producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket
+ * whose tile has one warpgroup at d = 128, a paged cache runs blocks of one producer
+ * warpgroup and FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one
+ * block per SM), Bc as the tile's, in the overlapped loop's cases: softcap off, or on
+ * and bounding the scores. */
+#define FA2_SM90_PRODUCER_WARPGROUPS 2
+#define FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) \
+    ((head_dim_bucket) == 128 && (warpgroups) == 1)
+
+static inline int fa2_fwd_sm90_takes_producer(int64_t head_dim_bucket, int64_t warpgroups,
+                                              int paged, int32_t dtype, float softcap,
+                                              int alibi)
+{
+    return paged && FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) &&
+           (softcap == 0.0f || fa2_sm90_softcap_bounds_scores(dtype, softcap, alibi));
 }
 
 #endif

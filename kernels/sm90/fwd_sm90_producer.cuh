@@ -1,0 +1,122 @@
+// The producer warpgroup of the Hopper paged forward (kKvByProducer): pages of any size
+// are copied with cp.async by a warpgroup of their own, so that the page lookups and
+// copies leave the math warpgroups' issue slots (the FlashAttention-3 warp-specialised
+// layout), and two math warpgroups share each tile it copies. It fills the overlapped
+// loop's buffers, one K and two V, each as soon as the math warpgroups free it, and
+// signals each tile on mbarriers:
+//   bars + 0: K full, + 8 / + 16: V full (tile parity); each 128 producer arrivals
+//             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed)
+//   bars + 24: K free, + 32 / + 40: V free; an arrival from every math thread.
+// Rows past the keys and pages out of range arrive as zeros (load_paged_tile).
+#pragma once
+
+#include <stdint.h>
+
+#include "common/paged_tile.cuh"
+#include "common/params.h"
+#include "common/ptx.cuh"
+#include "common/seqinfo.cuh"
+#include "sm90/wgmma.cuh"
+
+namespace fa2 {
+
+// Registers per thread with a producer warpgroup (setmaxnreg): the producer gives up what
+// the math warpgroups take. One math warpgroup: 256 threads, two blocks per SM (128 each
+// at launch); two: 384 threads, one block (168 each at launch).
+template <int kMathWarpgroups>
+struct ProducerRegs;
+template <>
+struct ProducerRegs<1> {
+    static constexpr int kProducer = 64, kMath = 192;
+};
+template <>
+struct ProducerRegs<2> {
+    static constexpr int kProducer = 64, kMath = 216;
+};
+
+struct ProducerBars {
+    uint32_t base;
+    __device__ uint32_t k_full() const { return base; }
+    __device__ uint32_t v_full(int j) const { return base + 8 + 8 * (j & 1); }
+    __device__ uint32_t k_free() const { return base + 24; }
+    __device__ uint32_t v_free(int j) const { return base + 32 + 8 * (j & 1); }
+    static constexpr int kBytes = 48;
+};
+
+// This thread's row (index in the row space, -1: zero-fill) of each of its passes over a
+// tile, from its lane's fetched page id (load_paged_tile's rows, found ahead of the copies:
+// K and V share them).
+template <typename Shape, typename Elem>
+__device__ __forceinline__ void tile_row_indices(int (&rows)[Shape::kPasses],
+                                                 const PagedRows<Elem> &paged, int lane_page,
+                                                 int key_first, int ptid)
+{
+    const int lane = ptid % 32;
+    const int lane_index =
+        paged.row_index(lane_page, key_first + Shape::lane_row(ptid / 32, lane));
+#pragma unroll
+    for (int pass = 0; pass < Shape::kPasses; ++pass)
+        rows[pass] = __shfl_sync(0xffffffffu, lane_index,
+                                 pass * Shape::kWarpRowsPerPass + lane / Shape::kLaneChunks);
+}
+
+// The copies of a tile whose rows tile_row_indices found (row space, whole 128-byte rows).
+template <typename Shape, int kBlockN, typename Elem>
+__device__ __forceinline__ void copy_tile_rows(uint32_t smem, const Elem *head, uint32_t row_bytes,
+                                               const int (&rows)[Shape::kPasses], int ptid)
+{
+    static_assert(Shape::kLaneChunks == Shape::kTileChunks, "every lane copies");
+    const int chunk = ptid % Shape::kLaneChunks, row0 = ptid / Shape::kLaneChunks;
+    const char *base = reinterpret_cast<const char *>(head + chunk * 8);
+#pragma unroll
+    for (int pass = 0; pass < Shape::kPasses; ++pass) {
+        const bool valid = rows[pass] >= 0;
+        const uint32_t row = valid ? static_cast<uint32_t>(rows[pass]) : 0u;
+        cp_async_16(smem + panel_offset<kBlockN>(row0 + pass * Shape::kRowStep, chunk),
+                    base + static_cast<uint64_t>(row) * row_bytes, valid);
+    }
+}
+
+// Tile j (keys key_of(j) = (last_block - j) block_n on) for j in [0, tiles): K into
+// k_smem, V into v_smem(j & 1). ptid: the thread's index in the producer warpgroup. In a
+// row space (the usual layouts) the next tile's rows are found before its buffer is free.
+template <typename Tr, typename Elem>
+__device__ __forceinline__ void produce_paged_tiles(const fa2_params_t &p, const Sequence &seq,
+                                                    int kv_head, int last_block, int tiles,
+                                                    uint32_t k_smem, ProducerBars bars, int ptid)
+{
+    using Shape = PagedTileShape<Tr::kBlockN, Tr::kLoadChunks, 128>;
+    const PagedRows<Elem> k_rows = paged_rows<Elem, false>(p, seq, kv_head);
+    const PagedRows<Elem> v_rows = paged_rows<Elem, true>(p, seq, kv_head);
+    const auto panel = [](int row, int chunk) { return panel_offset<Tr::kBlockN>(row, chunk); };
+    const auto key_of = [last_block](int j) { return (last_block - j) * Tr::kBlockN; };
+    const bool row_space = k_rows.page_rows > 0 && p.head_dim == Tr::kHeadDim;
+    int page = fetch_tile_page<Shape>(k_rows, key_of(0), seq.seqlen_k - key_of(0), ptid);
+    int rows[Shape::kPasses];
+    if (row_space) tile_row_indices<Shape>(rows, k_rows, page, key_of(0), ptid);
+    for (int j = 0; j < tiles; ++j) {
+        const int key_first = key_of(j);
+        const uint32_t v_smem = k_smem + (1 + (j & 1)) * Tr::kKVBytes;
+        if (j > 0) mbarrier_wait(bars.k_free(), (j - 1) & 1);  // S of tile j - 1 read K
+        if (row_space)
+            copy_tile_rows<Shape, Tr::kBlockN>(k_smem, k_rows.head, k_rows.row_bytes, rows, ptid);
+        else
+            load_paged_tile<Shape>(k_smem, k_rows, page, key_first, p.head_dim, ptid, panel);
+        cp_async_arrive_noinc(bars.k_full());
+        if (j > 1) mbarrier_wait(bars.v_free(j), ((j >> 1) + 1) & 1);  // P V of tile j - 2
+        if (row_space)
+            copy_tile_rows<Shape, Tr::kBlockN>(v_smem, v_rows.head, v_rows.row_bytes, rows, ptid);
+        else
+            load_paged_tile<Shape>(v_smem, v_rows, page, key_first, p.head_dim, ptid, panel);
+        cp_async_arrive_noinc(bars.v_full(j));
+        if (j + 1 < tiles) {
+            page = fetch_tile_page<Shape>(k_rows, key_of(j + 1), seq.seqlen_k - key_of(j + 1),
+                                          ptid);
+            if (row_space) tile_row_indices<Shape>(rows, k_rows, page, key_of(j + 1), ptid);
+        }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();  // every copy landed before the warpgroup leaves
+}
+
+}  // namespace fa2

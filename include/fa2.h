@@ -246,11 +246,15 @@ typedef struct fa2_problem_t {
  * device, lists each sequence's pages in order: key j of sequence b is row j % page_size of
  * page page_table[b * pages_per_seq + j / page_size]. seqused_k gives each sequence's key
  * count (cu_seqlens_k is not read). Pages may be shared between sequences and come in any
- * order; any page size runs. Fastest on the Hopper kernels with page_size 32, 64 or a
- * multiple of 128 at head_dim <= 128, 32 or a multiple of 64 at head_dim 256 (pages nest
- * with the key tiles): the copy engine then reads whole pages. Elsewhere, fastest when each
- * page stride is a whole number of row strides, the same for K and V (the layout above,
- * or K and V interleaved per page); other strides run on a slower path. A page id of a
+ * order; any page size runs. On the Hopper kernels at head_dim 97..128 with softcap off,
+ * or bf16 with a softcap of at most 33 and no ALiBi, a warpgroup of each block copies the
+ * pages (plan->block_m 128): at head_dim 128 every page size ran at 0.96-1.01x the speed
+ * of contiguous K/V (docs/performance.md). Other
+ * Hopper cases are fastest with page_size 32, 64 or a multiple of 128 at head_dim <= 128,
+ * 32 or a multiple of 64 at head_dim 256 (pages nest with the key tiles): the copy engine
+ * then reads whole pages. Everywhere, fastest when each page stride is a whole number of
+ * row strides, the same for K and V (the layout above, or K and V interleaved per page);
+ * other strides run on a slower path. A page id of a
  * sequence's keys outside [0, num_pages) fails its check (FA2_VARLEN_PAGE_ID). Forward
  * only (plan->bwd_status = FA2_ERROR_UNSUPPORTED). */
 

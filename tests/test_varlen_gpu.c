@@ -16,8 +16,8 @@
  * (check_backward). Then paged K/V caches (run_paged_case): page sizes 1, 16, 17, 24, 32,
  * 64, 128 and 256 (each of the Hopper forward's ways to copy pages: cp.async, the
  * producer warpgroup, the copy engine), shuffled and shared pages, padded pages, the
- * score variants; a paged cache at the edge of the kernels' 32-bit row indices
- * (run_paged_row_limit). Then the accepted limits: total_q and total_k of 2^31 - 1,
+ * score variants; a paged cache at the edge of the kernels' 32-bit row indices, d = 64
+ * and 128 (run_paged_row_limit). Then the accepted limits: total_q and total_k of 2^31 - 1,
  * sequences ending on the last rows, and a batch without keys (total_k = 0); hostile
  * metadata (run_hostile; paged at d = 64 and 128): each check failed once, recorded for
  * the right sequence, whose rows stay untouched while the intact ones match a clean run
@@ -1176,16 +1176,18 @@ static void test_paged_matches_oracle(void **state)
 }
 
 /* A paged cache at the edge of the kernels' 32-bit row indices (common/paged_row_space.h):
- * rows of 16 bytes (row stride 8 elements: d = 64 rows overlap, which inputs may), page
- * 16, page stride 128 elements. num_pages = 2^27 puts the last row at index 2^31 - 1 (the
+ * rows of 16 bytes (row stride 8 elements: rows of d = 64 or 128 overlap, which inputs
+ * may; d = 128 on Hopper is the producer warpgroup's copies), page 16, page stride 128
+ * elements. num_pages = 2^27 puts the last row at index 2^31 - 1 (the
  * row-index path); one page more takes the 64-bit path. K and V are one 32 GiB buffer,
  * NaN except the rows of the pages the sequences use: page 0 and the last three, the
  * last one shared. Each sequence against the oracle on its gathered keys, causal; O's
  * spare rows stay poisoned. 1: passed, 0: failed, 2: skipped (device memory). */
-static int run_paged_row_limit(long index, const char *name, int64_t num_pages, int consumer)
+static int run_paged_row_limit(long index, const char *name, int64_t num_pages, int consumer,
+                               int64_t d)
 {
     enum { N = 2, PAGES_PER_SEQ = 3 };
-    const int64_t d = 64, ps = 16, row_stride = 8, page_stride = ps * row_stride;
+    const int64_t ps = 16, row_stride = 8, page_stride = ps * row_stride;
     const int64_t len_q[N] = {7, 3}, len_k[N] = {40, 17}, total_q = 10 + SPARE_ROWS;
     const int32_t last = (int32_t)(num_pages - 1);
     const int32_t table[N * PAGES_PER_SEQ] = {last, last - 2, last - 1, 0, last, -1};
@@ -1194,9 +1196,10 @@ static int run_paged_row_limit(long index, const char *name, int64_t num_pages, 
     const int64_t n_cache = (num_pages - 1) * page_stride + (ps - 1) * row_stride + d;
     const int64_t page_span = (ps - 1) * row_stride + d;
     const int64_t region0[2] = {0, page_span}, region1[2] = {(last - 2) * page_stride, n_cache};
-    printf("case %ld: paged row limit, %s: num_pages=%" PRId64 " (last row index %" PRId64
-           ")%s",
-           index, name, num_pages, num_pages * ps - 1, consumer ? " (planned for 99 KiB)" : "");
+    printf("case %ld: paged row limit, %s, d %" PRId64 ": num_pages=%" PRId64
+           " (last row index %" PRId64 ")%s",
+           index, name, d, num_pages, num_pages * ps - 1,
+           consumer ? " (planned for 99 KiB)" : "");
     fa2_problem_t p;
     fa2_problem_init(&p, FA2_DTYPE_BF16, N, 7, 40, 1, 1, d);
     p.total_q = total_q;
@@ -1282,16 +1285,17 @@ static void test_paged_row_limits(void **state)
     (void)state;
     const int64_t edge = INT64_C(1) << 27; /* pages of 16 rows: last row index 2^31 - 1 */
     long failed = 0, skipped = 0;
-    for (int consumer = 0; consumer < 2; ++consumer) /* both kernel families */
-        for (int past = 0; past < 2; ++past) {
-            const long index = 300 + 2 * consumer + past;
-            if (g_only >= 0 && g_only != index)
-                continue;
-            const int r = run_paged_row_limit(
-                index, past ? "one page past: 64-bit offsets" : "row indices", edge + past,
-                consumer);
-            failed += r == 0, skipped += r == 2;
-        }
+    for (int wide = 0; wide < 2; ++wide)                 /* d = 64, 128 */
+        for (int consumer = 0; consumer < 2; ++consumer) /* both kernel families */
+            for (int past = 0; past < 2; ++past) {
+                const long index = 300 + 4 * wide + 2 * consumer + past;
+                if (g_only >= 0 && g_only != index)
+                    continue;
+                const int r = run_paged_row_limit(
+                    index, past ? "one page past: 64-bit offsets" : "row indices", edge + past,
+                    consumer, wide ? 128 : 64);
+                failed += r == 0, skipped += r == 2;
+            }
     printf("%ld paged row-limit cases failed, %ld skipped (seed %" PRIu64 ")\n", failed,
            skipped, g_seed);
     assert_int_equal(failed, 0);

@@ -64,12 +64,10 @@ struct FwdSm90Traits {
 // producer warpgroup of its own (sm90/fwd_sm90_producer.cuh).
 enum KvCopy { kKvByCopyEngine, kKvByCpAsync, kKvByProducer };
 
-// Threads per block and blocks per SM: the producer warpgroup adds 128 threads; with one
-// math warpgroup two blocks share an SM (ProducerRegs).
+// Threads per block: the producer warpgroup adds 128.
 template <typename Tr, int kKv>
 struct FwdSm90Launch {
     static constexpr int kThreads = Tr::kThreads + (kKv == kKvByProducer ? 128 : 0);
-    static constexpr int kMinBlocks = kKv == kKvByProducer && Tr::kWarpgroups == 1 ? 2 : 1;
 };
 
 // The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):
@@ -95,8 +93,7 @@ struct FwdSm90Args {
 // the overlapped loop only, so no softcap unless it bounds the scores). Three paged
 // instances, so that none carries another's code.
 template <typename Tr, int kMode, int kScores, int kKv>
-__global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
-                                  FwdSm90Launch<Tr, kKv>::kMinBlocks)
+__global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args)
 {
 #if defined(FA2_SM90A)
@@ -241,14 +238,15 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads,
         // each is compiled within its own register count.
         if (varlen_verdict<kMode, Tr::kBlockM, kBlockThreads>(p, seq, head, tid)) return;
         if (tid >= Tr::kThreads) {
-            set_max_regs_dec<ProducerRegs<Tr::kWarpgroups>::kProducer>();
+            set_max_regs_dec<kProducerRegs>();
             if (n_block_end > n_block_min)
                 produce_paged_tiles<Tr, Elem>(p, seq, kv_head, n_block_end - 1,
                                               n_block_end - n_block_min, k_smem, ProducerBars{bars},
                                               tid - Tr::kThreads);
             return;
         }
-        set_max_regs_inc<ProducerRegs<Tr::kWarpgroups>::kMath>();
+        static_assert(producer_math_regs<Tr::kThreads>() <= 256, "one block per SM");
+        set_max_regs_inc<producer_math_regs<Tr::kThreads>()>();
     }
 
     if (n_block_end > n_block_min) {

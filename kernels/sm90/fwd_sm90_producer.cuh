@@ -20,19 +20,16 @@
 
 namespace fa2 {
 
-// Registers per thread with a producer warpgroup (setmaxnreg): the producer gives up what
-// the math warpgroups take. One math warpgroup: 256 threads, two blocks per SM (128 each
-// at launch); two: 384 threads, one block (168 each at launch).
-template <int kMathWarpgroups>
-struct ProducerRegs;
-template <>
-struct ProducerRegs<1> {
-    static constexpr int kProducer = 64, kMath = 192;
-};
-template <>
-struct ProducerRegs<2> {
-    static constexpr int kProducer = 64, kMath = 216;
-};
+// Registers per thread with a producer warpgroup (setmaxnreg, one block per SM): the
+// producer keeps 64 (at 56 and fewer it spilled); the math threads take the rest of what
+// the block got at launch (65536 / threads each, in steps of 8): 216 with 256 of them.
+constexpr int kProducerRegs = 64;
+template <int kMathThreads>
+constexpr int producer_math_regs()
+{
+    constexpr int threads = kMathThreads + 128, at_launch = 65536 / threads / 8 * 8;
+    return (at_launch * threads - kProducerRegs * 128) / kMathThreads / 8 * 8;
+}
 
 struct ProducerBars {
     uint32_t base;

@@ -49,8 +49,9 @@ template <>
 constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
 
 // The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
-// 3 by cp.async, 4 by kPagedSmall on TrSmall's tiles (the producer where there is one).
-template <typename Tr, typename TrSmall, int kScores, int kPagedSmall>
+// 3 by cp.async, 4 by kProducerKv on TrProducer's tiles (the producer layout where the
+// bucket has one, else cp.async again).
+template <typename Tr, typename TrProducer, int kScores, int kProducerKv>
 inline auto fwd_sm90_kernel_for(int path)
 {
     switch (path) {
@@ -58,7 +59,7 @@ inline auto fwd_sm90_kernel_for(int path)
     case 1: return fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByCopyEngine>;
     case 2: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCopyEngine>;
     case 3: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
-    default: return fwd_sm90_kernel<TrSmall, kPagedSeq, kScores, kPagedSmall>;
+    default: return fwd_sm90_kernel<TrProducer, kPagedSeq, kScores, kProducerKv>;
     }
 }
 
@@ -72,8 +73,8 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     // bounding the scores), at every page size: on the H200 it ran 0.96-1.01 of
     // contiguous K/V at pages of 16 to 128 rows, the copy engine's boxes 0.86-0.92.
     constexpr bool kProducer = FA2_SM90_HAS_PRODUCER(Tr::kHeadDim, Tr::kWarpgroups);
-    constexpr int kPagedSmall = kProducer ? kKvByProducer : kKvByCpAsync;
-    using TrSmall = FwdSm90Traits<Elem, kHeadDim,
+    constexpr int kProducerKv = kProducer ? kKvByProducer : kKvByCpAsync;
+    using TrProducer = FwdSm90Traits<Elem, kHeadDim,
                                   kProducer ? FA2_SM90_PRODUCER_WARPGROUPS : Tr::kWarpgroups>;
     const int scores =
         !runs_scored_kernels(p)                                           ? kPlainScores
@@ -112,17 +113,17 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                      : args.page_box_rows > 0 ? 2
                                               : 3;
     auto kernel = scores == kPlainScores
-                      ? fwd_sm90_kernel_for<Tr, TrSmall, kPlainScores, kPagedSmall>(path)
-                      : fwd_sm90_kernel_for<Tr, TrSmall, kGeneralScores, kPagedSmall>(path);
+                      ? fwd_sm90_kernel_for<Tr, TrProducer, kPlainScores, kProducerKv>(path)
+                      : fwd_sm90_kernel_for<Tr, TrProducer, kGeneralScores, kProducerKv>(path);
     if constexpr (kBoundedSoftcapFor<Elem>)
         if (scores == kBoundedSoftcap)
-            kernel = fwd_sm90_kernel_for<Tr, TrSmall, kBoundedSoftcap, kPagedSmall>(path);
-    const bool small = path == 4;
-    const int64_t block_m = small ? TrSmall::kBlockM : Tr::kBlockM;
+            kernel = fwd_sm90_kernel_for<Tr, TrProducer, kBoundedSoftcap, kProducerKv>(path);
+    const int64_t block_m = producer ? TrProducer::kBlockM : Tr::kBlockM;
     const int64_t grid = (p.seqlen_q + block_m - 1) / block_m * p.heads_q * p.batch;
-    const int threads = small ? FwdSm90Launch<TrSmall, kPagedSmall>::kThreads : Tr::kThreads;
-    return launch_one(kernel, grid, threads, small ? TrSmall::kSmemBytes : Tr::kSmemBytes,
-                      stream, args);
+    const int threads =
+        producer ? FwdSm90Launch<TrProducer, kProducerKv>::kThreads : Tr::kThreads;
+    return launch_one(kernel, grid, threads,
+                      producer ? TrProducer::kSmemBytes : Tr::kSmemBytes, stream, args);
 }
 
 }  // namespace fa2

@@ -855,7 +855,8 @@ static void test_copy_engine_layouts(void **state)
 /* A paged cache at d = 128 on the Hopper forward runs the producer layout where
  * fa2_fwd_sm90_takes_producer says so (softcap off, or bf16 with a softcap of at most
  * FA2_MAX_BOUNDED_SOFTCAP and no ALiBi), at every page size: the plan reports its tile
- * (two math warpgroups and the producer's, 128 rows), its grid and shared memory. */
+ * (two math warpgroups and the producer's, 128 rows), its grid and shared memory; a
+ * dense batch as the tuning switch says. */
 static void test_paged_producer_tile(void **state)
 {
     fa2_device_info_t d = device(232448);
@@ -905,6 +906,15 @@ static void test_paged_producer_tile(void **state)
         assert_int_equal(pl.block_n, 128);
 #endif
     }
+    /* A dense batch takes it only with the tuning switch FA2_SM90_DENSE_PRODUCER. */
+    fa2_problem_t dense;
+    fa2_problem_init(&dense, FA2_DTYPE_BF16, 2, 1000, 1000, 8, 2, 128);
+    assert_int_equal(fa2_plan(&dense, &d, &pl), FA2_SUCCESS);
+#if defined(FA2_WITH_SM90A)
+    const int dense_producer = FA2_SM90_DENSE_PRODUCER;
+    assert_int_equal(pl.block_m, dense_producer ? 64 * FA2_SM90_PRODUCER_WARPGROUPS : 64);
+    assert_int_equal(pl.warps, dense_producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
+#endif
 }
 
 /* Which devices run a plan's kernels (fa2_forward / fa2_backward refuse the others with

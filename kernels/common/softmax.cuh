@@ -7,6 +7,7 @@
 
 #include <math.h>
 
+#include "common/exp2_poly.h"
 #include "common/ptx.cuh"
 
 namespace fa2 {
@@ -21,6 +22,14 @@ __device__ __forceinline__ float quad_sum(float x)
 {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Whether n8 tile nt's exponentials run on the FMA pipe, one tile in kPeriod (0: none).
+template <int kPeriod>
+__device__ __forceinline__ constexpr bool poly_exp2_tile(int nt)
+{
+    if constexpr (kPeriod > 0) return nt % kPeriod == kPeriod - 1;
+    return false;
 }
 
 template <int kMTiles>
@@ -81,7 +90,9 @@ struct OnlineSoftmax {
     // bound instead of the running maximum, so no maximum is formed (no wait for the
     // tile's scores before the first exponential) and O is never rescaled. The caller
     // set row_max to 1 (bounded_init), which finish() and finish_with_sink() read.
-    template <int kNTiles>
+    // kPolyPeriod > 0: every kPolyPeriod-th n8 tile's exponentials on the FMA pipe
+    // (common/exp2_poly.h), to unload the MUFU unit that softcap's tanh shares.
+    template <int kNTiles, int kPolyPeriod = 0>
     __device__ __forceinline__ void update_bounded(float (&s)[kMTiles][kNTiles][4],
                                                    float scale_log2)
     {
@@ -94,7 +105,9 @@ struct OnlineSoftmax {
                 for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        s[mt][nt][e] = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -scale_log2));
+                        const float x = fmaf(s[mt][nt][e], scale_log2, -scale_log2);
+                        s[mt][nt][e] = poly_exp2_tile<kPolyPeriod>(nt) ? fa2_exp2_poly(x)
+                                                                       : exp2_approx(x);
                         sum += s[mt][nt][e];
                     }
                 }

@@ -99,7 +99,13 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
 #if defined(FA2_SM90A)
     constexpr bool kCopyEngine = kKv == kKvByCopyEngine, kProducer = kKv == kKvByProducer;
     constexpr bool kScored = kScores != kPlainScores, kBoundedScores = kScores == kBoundedSoftcap;
-    static_assert(kCopyEngine || kMode == kPagedSeq, "dense and packed K/V by the copy engine");
+    constexpr int kPoly = FA2_SM90_BOUNDED_POLY_PERIOD;  // bounded: exp2 off MUFU per n8 tiles
+    // The producer's copies: a paged cache's by cp.async, a dense batch's by the copy engine
+    constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
+    // The math warpgroups take turns at issuing their products (FA2_SM90_PINGPONG)
+    constexpr bool kPingpong = kProducer && FA2_SM90_PINGPONG;
+    static_assert(kCopyEngine || kMode == kPagedSeq || (kProducer && kMode == kDenseSeq),
+                  "packed K/V by the copy engine");
     constexpr int kBlockThreads = FwdSm90Launch<Tr, kKv>::kThreads;
     const fa2_params_t &p = args.p;
     // S of tile j overlaps P V of tile j - 1 when K and V come by the copy engine, at head
@@ -222,10 +228,12 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
         __syncthreads();
     } else if constexpr (kProducer) {
         const ProducerBars producer_bars{bars};
+        // full: each producer thread's cp.async arrival, or the copy engine's bytes
+        constexpr int kFullArrivals = kProducerCpAsync ? 128 : 1;
         if (tid == 0) {
-            mbarrier_init(producer_bars.k_full(), 128);
-            mbarrier_init(producer_bars.v_full(0), 128);
-            mbarrier_init(producer_bars.v_full(1), 128);
+            mbarrier_init(producer_bars.k_full(), kFullArrivals);
+            mbarrier_init(producer_bars.v_full(0), kFullArrivals);
+            mbarrier_init(producer_bars.v_full(1), kFullArrivals);
             mbarrier_init(producer_bars.k_free(), Tr::kThreads);
             mbarrier_init(producer_bars.v_free(0), Tr::kThreads);
             mbarrier_init(producer_bars.v_free(1), Tr::kThreads);
@@ -236,13 +244,19 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     if constexpr (kProducer) {
         // The checks, then the warpgroups part: from here on no code is shared, so that
         // each is compiled within its own register count.
-        if (varlen_verdict<kMode, Tr::kBlockM, kBlockThreads>(p, seq, head, tid)) return;
+        if constexpr (kMode != kDenseSeq)
+            if (varlen_verdict<kMode, Tr::kBlockM, kBlockThreads>(p, seq, head, tid)) return;
         if (tid >= Tr::kThreads) {
             set_max_regs_dec<kProducerRegs>();
-            if (n_block_end > n_block_min)
+            if (n_block_end <= n_block_min) return;
+            if constexpr (kProducerCpAsync)
                 produce_paged_tiles<Tr, Elem>(p, seq, kv_head, n_block_end - 1,
                                               n_block_end - n_block_min, k_smem, ProducerBars{bars},
                                               tid - Tr::kThreads);
+            else if (tid == Tr::kThreads)
+                produce_copied_tiles<Tr>(&args.k_map, &args.v_map, kv_head, seq.batch,
+                                         n_block_end - 1, n_block_end - n_block_min, k_smem,
+                                         ProducerBars{bars});
             return;
         }
         static_assert(producer_math_regs<Tr::kThreads>() <= 256, "one block per SM");
@@ -307,7 +321,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             // Tile j's K landed (the producer's cp.async rows then need a proxy fence).
             const auto wait_k = [&](int j) {
                 mbarrier_wait(bars, j & 1);
-                if constexpr (kProducer) fence_proxy_async();  // cp.async's rows, to wgmma
+                if constexpr (kProducerCpAsync) fence_proxy_async();  // cp.async's rows, to wgmma
             };
             if constexpr (!kProducer) {
                 copy_v(0);
@@ -345,8 +359,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 if (window.block_needs_mask(rows_first, rows_last, key_first,
                                             key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);
-                if constexpr (kBoundedScores)
-                    softmax.update_bounded(s, variants.score_log2);  // O keeps its scale
+                if constexpr (kBoundedScores)  // O keeps its scale
+                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2);
                 else if (side != 0)
                     softmax.update_deferred_biased(s, variants.score_log2, bias, alpha);
                 else
@@ -356,7 +370,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             uint32_t pa[Tr::kBlockN / 16][4];
             const auto issue_pv = [&](int j) {
                 mbarrier_wait(v_bar(j), v_phase(j));
-                if constexpr (kProducer) fence_proxy_async();  // cp.async's rows, to wgmma
+                if constexpr (kProducerCpAsync) fence_proxy_async();  // cp.async's rows, to wgmma
                 // A packed sequence's or a last page's V rows past the keys (tile 0's) hold
                 // other values, which P's zeros there must not meet as inf or NaN: zeroed
                 // (the producer's copies zero-fill them).
@@ -375,6 +389,16 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 wgmma_commit();
             };
 
+            // Pingpong: warpgroup w issues its products on its turn (barrier 2 + w), then
+            // hands the turn to the other; warpgroup 1 hands warpgroup 0 the first.
+            [[maybe_unused]] const int math_wg = warp / 4;
+            const auto take_turn = [&] {
+                if constexpr (kPingpong) named_barrier_sync(2 + math_wg, Tr::kThreads);
+            };
+            const auto pass_turn = [&] {
+                if constexpr (kPingpong) named_barrier_arrive(3 - math_wg, Tr::kThreads);
+            };
+
             cp_async_wait<0>();  // Q
             wait_k(0);
             fence_proxy_async();
@@ -382,9 +406,12 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 named_barrier_sync(1, Tr::kThreads);  // every math thread's Q rows landed
             else
                 __syncthreads();
+            if (kPingpong && math_wg == 1) named_barrier_arrive(2, Tr::kThreads);
             {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
+                take_turn();
                 issue_s(s);
+                pass_turn();
                 wgmma_wait<0>();
                 reg_fence(s[0]);
                 if constexpr (kProducer) {
@@ -402,8 +429,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             for (int j = 1; j < tiles; ++j) {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
                 wait_k(j);
+                take_turn();
                 issue_s(s);
                 issue_pv(j - 1);
+                pass_turn();
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
                 if constexpr (kProducer) {
@@ -428,7 +457,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
                     a_fragment<Elem>(pa[kk], s[0], kk);
             }
+            take_turn();
             issue_pv(tiles - 1);
+            if (math_wg == 0) pass_turn();  // (warpgroup 1's last turn is not taken)
             wgmma_wait<0>();
             reg_fence(o[0]);
         } else if constexpr (!kProducer) {
@@ -475,7 +506,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                                          key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
                 if constexpr (kBoundedScores)
-                    softmax.update_bounded(s, variants.score_log2);
+                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2);
                 else if constexpr (kScored)
                     softmax.update(s, o, variants.score_log2);
                 else

@@ -1,11 +1,13 @@
 // The producer warpgroup of the Hopper paged forward (kKvByProducer): pages of any size
 // are copied with cp.async by a warpgroup of their own, so that the page lookups and
 // copies leave the math warpgroups' issue slots (the FlashAttention-3 warp-specialised
-// layout), and two math warpgroups share each tile it copies. It fills the overlapped
+// layout), and two math warpgroups share each tile it copies. (As tuning, a dense
+// batch's tiles too, by the copy engine: produce_copied_tiles.) It fills the overlapped
 // loop's buffers, one K and two V, each as soon as the math warpgroups free it, and
 // signals each tile on mbarriers:
 //   bars + 0: K full, + 8 / + 16: V full (tile parity); each 128 producer arrivals
-//             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed)
+//             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed),
+//             or for the copy engine one arrival that expects the tile's bytes
 //   bars + 24: K free, + 32 / + 40: V free; an arrival from every math thread.
 // Rows past the keys and pages out of range arrive as zeros (load_paged_tile).
 #pragma once
@@ -16,6 +18,7 @@
 #include "common/params.h"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
+#include "sm90/tma.cuh"
 #include "sm90/wgmma.cuh"
 
 namespace fa2 {
@@ -114,6 +117,31 @@ __device__ __forceinline__ void produce_paged_tiles(const fa2_params_t &p, const
     }
     cp_async_commit();
     cp_async_wait<0>();  // every copy landed before the warpgroup leaves
+}
+
+// A dense batch's tiles (FA2_SM90_DENSE_PRODUCER), issued by one producer thread as the
+// copy engine's boxes into the same buffers as produce_paged_tiles, each full barrier
+// armed with its tile's bytes (rows past the keys lie outside the tensor map: zeros).
+template <typename Tr>
+__device__ __forceinline__ void produce_copied_tiles(const CUtensorMap *k_map,
+                                                     const CUtensorMap *v_map, int kv_head,
+                                                     int batch, int last_block, int tiles,
+                                                     uint32_t k_smem, ProducerBars bars)
+{
+    const auto copy = [&](const CUtensorMap *map, uint32_t dst, uint32_t bar, int key_first) {
+        mbarrier_arrive_expect_tx(bar, Tr::kKVBytes);
+#pragma unroll
+        for (int panel = 0; panel < Tr::kHeadDim / 64; ++panel)
+            tma_load_4d(dst + panel * Tr::kBlockN * 128, map, bar, panel * 64, kv_head,
+                        key_first, batch);
+    };
+    for (int j = 0; j < tiles; ++j) {
+        const int key_first = (last_block - j) * Tr::kBlockN;
+        if (j > 0) mbarrier_wait(bars.k_free(), (j - 1) & 1);  // S of tile j - 1 read K
+        copy(k_map, k_smem, bars.k_full(), key_first);
+        if (j > 1) mbarrier_wait(bars.v_free(j), ((j >> 1) + 1) & 1);  // P V of tile j - 2
+        copy(v_map, k_smem + (1 + (j & 1)) * Tr::kKVBytes, bars.v_full(j), key_first);
+    }
 }
 
 }  // namespace fa2

@@ -50,7 +50,8 @@ constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
 
 // The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
 // 3 by cp.async, 4 by kProducerKv on TrProducer's tiles (the producer layout where the
-// bucket has one, else cp.async again).
+// bucket has one, else cp.async again), 5 dense in the producer layout
+// (FA2_SM90_DENSE_PRODUCER; else as 0).
 template <typename Tr, typename TrProducer, int kScores, int kProducerKv>
 inline auto fwd_sm90_kernel_for(int path)
 {
@@ -59,7 +60,12 @@ inline auto fwd_sm90_kernel_for(int path)
     case 1: return fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByCopyEngine>;
     case 2: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCopyEngine>;
     case 3: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
-    default: return fwd_sm90_kernel<TrProducer, kPagedSeq, kScores, kProducerKv>;
+    case 4: return fwd_sm90_kernel<TrProducer, kPagedSeq, kScores, kProducerKv>;
+    default:
+        if constexpr (FA2_SM90_DENSE_PRODUCER && kProducerKv == kKvByProducer)
+            return fwd_sm90_kernel<TrProducer, kDenseSeq, kScores, kKvByProducer>;
+        else
+            return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByCopyEngine>;
     }
 }
 
@@ -81,9 +87,10 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
         : fa2_sm90_softcap_bounds_scores(p.dtype, p.softcap, p.alibi_slopes != nullptr)
             ? kBoundedSoftcap
             : kGeneralScores;
-    const bool producer = kProducer && fa2_fwd_sm90_takes_producer(
-                                           Tr::kHeadDim, Tr::kWarpgroups, p.page_table != nullptr,
-                                           p.dtype, p.softcap, p.alibi_slopes != nullptr);
+    const bool producer =
+        kProducer && fa2_fwd_sm90_takes_producer(Tr::kHeadDim, Tr::kWarpgroups,
+                                                 p.page_table != nullptr, !p.cu_seqlens_q,
+                                                 p.dtype, p.softcap, p.alibi_slopes != nullptr);
 
     FwdSm90Args args = {};
     args.p = p;
@@ -108,7 +115,7 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
             encode_kv_map(&args.v_map, p.v, bf16, v, box_rows) == cudaSuccess)
             args.page_box_rows = box_rows;
     }
-    const int path = !p.page_table            ? (p.cu_seqlens_q ? 1 : 0)
+    const int path = !p.page_table            ? (p.cu_seqlens_q ? 1 : producer ? 5 : 0)
                      : producer               ? 4
                      : args.page_box_rows > 0 ? 2
                                               : 3;

@@ -53,6 +53,14 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
            !alibi;
 }
 
+/* The bounded softcap's exponentials: every FA2_SM90_BOUNDED_POLY_PERIOD-th n8 tile's
+ * on the FMA pipe (kernels/common/exp2_poly.h) instead of MUFU, which tanh takes as well
+ * (0: none). Not yet measured on the GPU: 0 until a run shows a gain
+ * (docs/performance.md). */
+#ifndef FA2_SM90_BOUNDED_POLY_PERIOD
+#define FA2_SM90_BOUNDED_POLY_PERIOD 0
+#endif
+
 /* The paged forward's producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket
  * whose tile has one warpgroup at d = 128, a paged cache runs blocks of one producer
  * warpgroup and FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one
@@ -62,11 +70,25 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 #define FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) \
     ((head_dim_bucket) == 128 && (warpgroups) == 1)
 
+/* Tuning switches of the producer layout, 0 until a GPU run shows a gain
+ * (docs/performance.md): FA2_SM90_DENSE_PRODUCER 1 runs dense batches in it too, the
+ * producer issuing the copy engine's boxes; FA2_SM90_PINGPONG 1 has its two math
+ * warpgroups take turns at issuing their products, so that one's softmax runs while
+ * the other's products do. */
+#ifndef FA2_SM90_DENSE_PRODUCER
+#define FA2_SM90_DENSE_PRODUCER 0
+#endif
+#ifndef FA2_SM90_PINGPONG
+#define FA2_SM90_PINGPONG 0
+#endif
+
+/* paged: a paged cache; dense: a dense batch (neither: a packed one). */
 static inline int fa2_fwd_sm90_takes_producer(int64_t head_dim_bucket, int64_t warpgroups,
-                                              int paged, int32_t dtype, float softcap,
-                                              int alibi)
+                                              int paged, int dense, int32_t dtype,
+                                              float softcap, int alibi)
 {
-    return paged && FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) &&
+    return (paged || (FA2_SM90_DENSE_PRODUCER && dense)) &&
+           FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) &&
            (softcap == 0.0f || fa2_sm90_softcap_bounds_scores(dtype, softcap, alibi));
 }
 

@@ -1,0 +1,69 @@
+/* 2^x on the FMA pipe, for exponentials taken off the MUFU unit (which softcap's tanh
+ * shares with exp2). x = j + f with j = round(x) and f in [-1/2, 1/2]: 2^f by a cubic
+ * (minimax in relative error, 7.6e-5 at most), 2^j added to its exponent field. Valid
+ * for x in [-125, 127] (a normal result); the bounded softcap's exponents lie in
+ * [-95.3, 0] (common/score_variants.cuh). Plain C, shared by the kernels and the host
+ * test that checks every float of that range (tests/test_exp2_poly.c). */
+#ifndef FA2_EXP2_POLY_H
+#define FA2_EXP2_POLY_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/fast_div.h" /* FA2_HOST_DEVICE */
+
+/* 1.5 * 2^23: added to |x| < 2^22, the sum's low mantissa bits hold round(x) */
+#define FA2_EXP2_POLY_ROUND 12582912.0f
+#define FA2_EXP2_POLY_C0 0.99992752f
+#define FA2_EXP2_POLY_C1 0.69326186f
+#define FA2_EXP2_POLY_C2 0.24262036f
+#define FA2_EXP2_POLY_C3 0.055170372f
+
+static inline FA2_HOST_DEVICE uint32_t fa2_float_bits(float x)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+#endif
+}
+
+static inline FA2_HOST_DEVICE float fa2_bits_float(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+#endif
+}
+
+/* Rounded sums, never contracted or reassociated: the rounding to an integer relies on
+ * them (three FADDs, three FFMAs and one shift-add on the GPU). */
+static inline FA2_HOST_DEVICE float fa2_add_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    volatile float s = a + b;
+    return s;
+#endif
+}
+
+static inline FA2_HOST_DEVICE float fa2_exp2_poly(float x)
+{
+    const float t = fa2_add_rn(x, FA2_EXP2_POLY_ROUND);
+    const float j = fa2_add_rn(t, -FA2_EXP2_POLY_ROUND);
+    const float f = fa2_add_rn(x, -j); /* exact */
+    float p = fmaf(FA2_EXP2_POLY_C3, f, FA2_EXP2_POLY_C2);
+    p = fmaf(p, f, FA2_EXP2_POLY_C1);
+    p = fmaf(p, f, FA2_EXP2_POLY_C0);
+    /* t's low bits are j + 2^22: shifted by 23, only j << 23 is left (mod 2^32) */
+    return fa2_bits_float(fa2_float_bits(p) + (fa2_float_bits(t) << 23));
+}
+
+#endif

@@ -1162,6 +1162,12 @@ static const paged_case_t paged_cases[] = {
      {640, 300, 77}, 64, 0, 0, 3, 0},
     {"bounded softcap, d 64, odd page", BF16, 4, 1, 64, 1, -1, -1, 3, {129, 5, 1},
      {129, 260, 33}, 17, 1, 0, 3, 0},
+    /* d = 112, in the 128 bucket: the producer's copies of rows shorter than the tile's
+     * (load_paged_tile's zero-filled columns, no row space), plain and bounded softcap */
+    {"producer, d 112, page 16", BF16, 4, 2, 112, 1, -1, -1, 3, {200, 1, 77}, {640, 300, 77},
+     16, 1, 0, 0, 0},
+    {"bounded softcap, producer, d 112, page 48", BF16, 4, 1, 112, 0, 60, -1, 3, {129, 5, 1},
+     {129, 260, 33}, 48, 0, 0, 3, 0},
 };
 
 static void test_paged_matches_oracle(void **state)

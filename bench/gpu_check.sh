@@ -275,6 +275,8 @@ fi
     summary_lines varlen.log "varlen: (TFLOP/s)" '^(varlen|equal|paged|decode) '
     summary_lines combine.log "combine: (fa2_combine, fp32 parts to bf16)" '^combine '
     summary_lines variants.log "variants: (time over the plain plan's)" '^(variant|backward) '
+    summary_lines extra-tests.log "extra:  tests against the first extra library:" \
+        '^=== test_|^\[  (PASSED|FAILED)  \]'
     summary_lines profile.log "profile: (ncu, forward kernels, 1 x 8k GQA 32:8 d128 causal)" '^profile '
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'

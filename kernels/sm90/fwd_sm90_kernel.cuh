@@ -154,13 +154,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     auto copy_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map, uint32_t dst,
                                                        uint32_t bar, int key_first) {
         if (tid != 0) return;
-        mbarrier_arrive_expect_tx(bar, Tr::kKVBytes);
-        const int row = kMode == kDenseSeq ? key_first : seq.k_start + key_first;
-        const int outer = kMode == kDenseSeq ? seq.batch : 0;
-#pragma unroll
-        for (int panel = 0; panel < Tr::kHeadDim / 64; ++panel)
-            tma_load_4d(dst + panel * Tr::kBlockN * 128, map, bar, panel * 64, kv_head, row,
-                        outer);
+        copy_kv_tile<Tr>(map, dst, bar, kv_head,
+                         kMode == kDenseSeq ? key_first : seq.k_start + key_first,
+                         kMode == kDenseSeq ? seq.batch : 0);
     };
     // A paged tile by the copy engine: warp 0's lane j copies box j from page `page`
     // (-1: past the keys or out of range, outside the tensor map: zeros, no read).

@@ -119,28 +119,34 @@ __device__ __forceinline__ void produce_paged_tiles(const fa2_params_t &p, const
     cp_async_wait<0>();  // every copy landed before the warpgroup leaves
 }
 
-// A dense batch's tiles (FA2_SM90_DENSE_PRODUCER), issued by one producer thread as the
-// copy engine's boxes into the same buffers as produce_paged_tiles, each full barrier
-// armed with its tile's bytes (rows past the keys lie outside the tensor map: zeros).
+// A K or V tile of Tr by the copy engine (one thread): rows [row, row + kBlockN) of
+// head kv_head, batch entry `outer`, as one box per 64-column panel into dst, the
+// barrier armed with the tile's bytes (rows and columns outside the map arrive as zeros).
+template <typename Tr>
+__device__ __forceinline__ void copy_kv_tile(const CUtensorMap *map, uint32_t dst, uint32_t bar,
+                                             int kv_head, int row, int outer)
+{
+    mbarrier_arrive_expect_tx(bar, Tr::kKVBytes);
+#pragma unroll
+    for (int panel = 0; panel < Tr::kHeadDim / 64; ++panel)
+        tma_load_4d(dst + panel * Tr::kBlockN * 128, map, bar, panel * 64, kv_head, row, outer);
+}
+
+// A dense batch's tiles (FA2_SM90_DENSE_PRODUCER), issued by one producer thread by the
+// copy engine into the same buffers as produce_paged_tiles.
 template <typename Tr>
 __device__ __forceinline__ void produce_copied_tiles(const CUtensorMap *k_map,
                                                      const CUtensorMap *v_map, int kv_head,
                                                      int batch, int last_block, int tiles,
                                                      uint32_t k_smem, ProducerBars bars)
 {
-    const auto copy = [&](const CUtensorMap *map, uint32_t dst, uint32_t bar, int key_first) {
-        mbarrier_arrive_expect_tx(bar, Tr::kKVBytes);
-#pragma unroll
-        for (int panel = 0; panel < Tr::kHeadDim / 64; ++panel)
-            tma_load_4d(dst + panel * Tr::kBlockN * 128, map, bar, panel * 64, kv_head,
-                        key_first, batch);
-    };
     for (int j = 0; j < tiles; ++j) {
         const int key_first = (last_block - j) * Tr::kBlockN;
         if (j > 0) mbarrier_wait(bars.k_free(), (j - 1) & 1);  // S of tile j - 1 read K
-        copy(k_map, k_smem, bars.k_full(), key_first);
+        copy_kv_tile<Tr>(k_map, k_smem, bars.k_full(), kv_head, key_first, batch);
         if (j > 1) mbarrier_wait(bars.v_free(j), ((j >> 1) + 1) & 1);  // P V of tile j - 2
-        copy(v_map, k_smem + (1 + (j & 1)) * Tr::kKVBytes, bars.v_full(j), key_first);
+        copy_kv_tile<Tr>(v_map, k_smem + (1 + (j & 1)) * Tr::kKVBytes, bars.v_full(j), kv_head,
+                         key_first, batch);
     }
 }
 

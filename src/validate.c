@@ -51,12 +51,13 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
 #if defined(FA2_WITH_SM90A)
     if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor) &&
         fa2_kv_copy_engine_ready(problem)) {
-/* A paged cache (or, tuning, a dense batch) may take the producer layout: its math
+/* A paged cache or a dense batch of enough rows may take the producer layout: its math
  * warpgroups and one more */
 #define FA2_X(b, wg, bn)                                                                   \
         if (bucket == (b)) {                                                               \
             const int producer = fa2_fwd_sm90_takes_producer(                              \
-                (b), (wg), problem->page_size != 0, problem->total_q == 0, problem->dtype, \
+                (b), (wg), problem->page_size != 0,                                        \
+                problem->total_q == 0 ? problem->seqlen_q : 0, problem->dtype,             \
                 problem->softcap, problem->alibi);                                         \
             const int math_wg = producer ? FA2_SM90_PRODUCER_WARPGROUPS : (wg);            \
             tile->head_dim_bucket = (b);                                                   \

@@ -1,7 +1,8 @@
 /* common/exp2_poly.h, the FMA-pipe 2^x: its relative error against exp2 in double over
  * every float of [-1/2, -1/4] and [1/4, 1/2] (the ends of the cubic's interval, where
  * x rounds either way), 2^16 evenly spaced points and both ends of every unit interval
- * of [-125, 127], and the bounded softcap's extremes. CPU only: the kernels run the same
+ * of [-125, 127], the bounded softcap's extremes, and what masked scores bring (-inf and
+ * anything below -125 give exactly 0; NaN stays NaN). CPU only: the kernels run the same
  * C expression. */
 #include <math.h>
 #include <setjmp.h>
@@ -85,12 +86,29 @@ static void test_bounded_softcap_extremes(void **state)
     assert_true(fa2_exp2_poly(-125.0f) >= 1.17549435e-38f); /* normal */
 }
 
+/* A masked score is -inf: its exponential must be exactly 0, as exp2's is, and so must
+ * any exponent below the normal range (from -126 on the exponent field would wrap). */
+static void test_masked_and_below_range(void **state)
+{
+    (void)state;
+    const float below[] = {-INFINITY, -3.0e38f, -1.0e30f, -12582912.0f, -1000.0f, -126.0f,
+                           nextafterf(-125.0f, -INFINITY)};
+    for (size_t i = 0; i < sizeof below / sizeof below[0]; ++i) {
+        const float y = fa2_exp2_poly(below[i]);
+        printf("2^%.9g -> %.9g\n", (double)below[i], (double)y);
+        assert_true(y == 0.0f && !signbit(y));
+    }
+    assert_true(fa2_exp2_poly(-125.0f) > 0.0f);
+    assert_true(isnan(fa2_exp2_poly(NAN)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_float_near_the_halves),
         cmocka_unit_test(test_every_unit_interval),
         cmocka_unit_test(test_bounded_softcap_extremes),
+        cmocka_unit_test(test_masked_and_below_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -323,6 +323,15 @@ static const gpu_case_t fixed_cases[] = {
     {BF16, 1, 100, 200, 2, 2, 128, 0, -1, -1, 2.0f, BSHD, 0, 0},
     {FP16, 1, 150, 150, 2, 2, 64, 1, -1, -1, 0, BSHD, 4.0f, 0},
     {BF16, 1, 150, 150, 2, 2, 256, 0, -1, -1, 0, BHSD, 3.0f, 0},
+    /* d = 128's bucket at the producer layout's edge (dense: more than 64 rows take it):
+     * 64 rows (one-warpgroup tile), 65 (the second math warpgroup holds one row), 129
+     * (the second block one row), d = 112 (zero-filled columns), windows, MQA, q > k */
+    {BF16, 2, 64, 300, 4, 2, 128, 1, -1, -1, 0, BSHD, 0, 0},
+    {BF16, 2, 65, 300, 4, 2, 128, 1, -1, -1, 0, BSHD, 0, 0},
+    {FP16, 1, 65, 65, 2, 2, 112, 0, -1, -1, 0, BHSD, 0, 0},
+    {BF16, 1, 129, 129, 2, 2, 112, 1, 40, -1, 0, PADDED, 0, 0},
+    {FP16, 2, 129, 77, 4, 1, 128, 0, 30, 30, 0, BSHD, 0, 0},
+    {BF16, 1, 257, 1000, 2, 2, 120, 0, -1, -1, 0, BSHD, 2.0f, 0},
     /* lse = NULL */
     {FP16, 1, 100, 100, 2, 2, 64, 1, -1, -1, 0, BSHD, 0, 1},
     {BF16, 1, 100, 100, 2, 1, 192, 0, -1, -1, 0, PADDED, 0, 1},

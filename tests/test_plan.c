@@ -172,6 +172,33 @@ static const tile_t *tile_for(int64_t bucket, const fa2_device_info_t *d)
     return t;
 }
 
+/* tile_for for problem p: on sm_90, a dense batch of more than 64 rows per head or a
+ * paged cache at a one-warpgroup bucket of 128 takes the producer layout (math
+ * warpgroups of 64 rows and one producer warpgroup) when softcap is off or bounds the
+ * scores (bf16, at most FA2_MAX_BOUNDED_SOFTCAP, no ALiBi); *scratch holds that tile. */
+static const tile_t *tile_for_problem(const fa2_problem_t *p, const fa2_device_info_t *d,
+                                      tile_t *scratch)
+{
+    const tile_t *t = tile_for(bucket_of(p->head_dim), d);
+#if defined(FA2_WITH_SM90A)
+    const int bounded = p->dtype == FA2_DTYPE_BF16 && p->softcap > 0.0f &&
+                        p->softcap <= FA2_MAX_BOUNDED_SOFTCAP && !p->alibi;
+    const int rows = p->page_size != 0 || (p->total_q == 0 && p->seqlen_q > 64);
+    if (t && t->arch == 90 && t->bucket == 128 && t->warps == 4 && rows &&
+        (p->softcap == 0.0f || bounded)) {
+        *scratch = *t;
+        scratch->br = 64 * FA2_SM90_PRODUCER_WARPGROUPS;
+        scratch->warps = 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1);
+        scratch->smem = (scratch->br + 3 * t->bc) * t->bucket * 2 + 1024;
+        return scratch;
+    }
+#else
+    (void)p;
+    (void)scratch;
+#endif
+    return t;
+}
+
 static const bwd_tile_t *bwd_tile_of(int64_t bucket)
 {
     for (size_t i = 0; i < NBWD; i++)
@@ -295,7 +322,8 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
                        const fa2_plan_t *pl)
 {
     int64_t bucket = bucket_of(p->head_dim);
-    const tile_t *t = tile_for(bucket, d);
+    tile_t producer_tile;
+    const tile_t *t = tile_for_problem(p, d, &producer_tile);
     int64_t m = d->smem_per_block_optin / 2; /* bytes -> 2-byte elements */
     int64_t seed = (m + 4 * bucket - 1) / (4 * bucket);
     int64_t per_head;
@@ -412,10 +440,11 @@ static void test_properties_sweep(void **state)
                         for (int det = 0; det < 2; det++) {
                             fa2_problem_t p;
                             fa2_plan_t pl, poison;
-                            const tile_t *t = tile_for(bucket_of(hd), &d);
+                            tile_t producer_tile;
                             fa2_status_t s;
                             int fits;
                             fa2_problem_init(&p, dtypes[ti], 3, seqlens[li], 77, 6, 2, hd);
+                            const tile_t *t = tile_for_problem(&p, &d, &producer_tile);
                             p.deterministic = det;
                             memset(&pl, 0xAB, sizeof pl);
                             poison = pl;
@@ -601,7 +630,9 @@ static void test_kernel_family(void **state)
                 }
                 if (pl.fwd_arch == 90) {
                     assert_int_equal(pl.block_m % 64, 0);
-                    assert_int_equal(pl.warps, pl.block_m / 16);
+                    /* 16 rows per math warp, and a producer warpgroup in the producer
+                     * layout (check_plan pins which) */
+                    assert_true(pl.warps == pl.block_m / 16 || pl.warps == pl.block_m / 16 + 4);
                     assert_int_equal(pl.smem_bytes, fa2_fwd_sm90_smem_bytes(
                                                         buckets[i], pl.block_m, pl.block_n));
                 }
@@ -906,15 +937,22 @@ static void test_paged_producer_tile(void **state)
         assert_int_equal(pl.block_n, 128);
 #endif
     }
-    /* A dense batch takes it only with the tuning switch FA2_SM90_DENSE_PRODUCER. */
-    fa2_problem_t dense;
-    fa2_problem_init(&dense, FA2_DTYPE_BF16, 2, 1000, 1000, 8, 2, 128);
-    assert_int_equal(fa2_plan(&dense, &d, &pl), FA2_SUCCESS);
+    /* A dense batch takes it (switch FA2_SM90_DENSE_PRODUCER) when its rows reach the
+     * second math warpgroup's: 65 rows and more; 64 keep the one-warpgroup tile. */
+    static const struct {
+        int64_t seqlen_q;
+        int producer;
+    } dense_cases[] = {{1000, 1}, {65, 1}, {64, 0}, {17, 0}};
+    for (size_t i = 0; i < sizeof dense_cases / sizeof dense_cases[0]; ++i) {
+        fa2_problem_t dense;
+        fa2_problem_init(&dense, FA2_DTYPE_BF16, 2, dense_cases[i].seqlen_q, 1000, 8, 2, 128);
+        assert_int_equal(fa2_plan(&dense, &d, &pl), FA2_SUCCESS);
 #if defined(FA2_WITH_SM90A)
-    const int dense_producer = FA2_SM90_DENSE_PRODUCER;
-    assert_int_equal(pl.block_m, dense_producer ? 64 * FA2_SM90_PRODUCER_WARPGROUPS : 64);
-    assert_int_equal(pl.warps, dense_producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
+        const int producer = FA2_SM90_DENSE_PRODUCER && dense_cases[i].producer;
+        assert_int_equal(pl.block_m, producer ? 64 * FA2_SM90_PRODUCER_WARPGROUPS : 64);
+        assert_int_equal(pl.warps, producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
 #endif
+    }
 }
 
 /* Which devices run a plan's kernels (fa2_forward / fa2_backward refuse the others with

@@ -255,6 +255,38 @@ static void test_tiled_scored(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* Both sweeps again with the lazy rescale (tiled_cpu.h) and rows whose maxima climb:
+ * scales near 1 make scores of several units, so rows both keep their offsets
+ * (exponentials above 1) and move them. */
+static int lazy_on(void **state)
+{
+    (void)state;
+    tiled_cpu_lazy_rescale = 1;
+    return 0;
+}
+
+static int lazy_off(void **state)
+{
+    (void)state;
+    tiled_cpu_lazy_rescale = 0;
+    return 0;
+}
+
+static void test_tiled_lazy_climbing_rows(void **state)
+{
+    (void)state;
+    const sweep_case_t climbing[] = {
+        {1, 64, 700, 2, 1, 256, 0, -1, -1, 1.0f, 16, 32},
+        {2, 100, 333, 4, 2, 128, 1, -1, -1, 0.7f, 64, 64},
+        {1, 130, 130, 2, 2, 64, 0, 20, 20, 1.0f, 32, 16},
+    };
+    long failed = 0;
+    for (size_t t = 0; t < sizeof climbing / sizeof climbing[0]; ++t)
+        failed += !run_case(5000 + (long)t, climbing[t], NULL, 1);
+    printf("%ld climbing-row cases failed (seed %" PRIu64 ")\n", failed, g_seed);
+    assert_int_equal(failed, 0);
+}
+
 int main(void)
 {
     const char *s = getenv("FA2_TEST_SEED");
@@ -267,6 +299,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiled_matches_oracle),
         cmocka_unit_test(test_tiled_scored),
+        cmocka_unit_test_setup_teardown(test_tiled_matches_oracle, lazy_on, lazy_off),
+        cmocka_unit_test_setup_teardown(test_tiled_scored, lazy_on, lazy_off),
+        cmocka_unit_test_setup_teardown(test_tiled_lazy_climbing_rows, lazy_on, lazy_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

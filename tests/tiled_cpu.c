@@ -19,6 +19,8 @@ typedef struct tile_buffers_t {
     float *l;   /* Br running sum */
 } tile_buffers_t;
 
+int tiled_cpu_lazy_rescale = 0;
+
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
@@ -155,7 +157,12 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
             /* online softmax: new max, rescale factor for what is accumulated. A row
              * that has seen no visible key yet keeps m = -inf; exponentiate against 0
              * then, so that exp(-inf - -inf) never makes a NaN. */
-            const float m_new = bounded ? t->m[r] : fmaxf(t->m[r], m_blk);
+            float m_new = bounded ? t->m[r] : fmaxf(t->m[r], m_blk);
+            /* lazy: keep the offset while the max grows by at most the limit (a row that
+             * saw nothing, -inf to -inf, compares false and moves) */
+            if (tiled_cpu_lazy_rescale && !bounded &&
+                m_new - t->m[r] <= FA2_LAZY_RESCALE_LOG2 * 0.69314718f)
+                m_new = t->m[r];
             const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
             const float alpha = expf(t->m[r] - m_ref);
             float l_blk = 0.0f;

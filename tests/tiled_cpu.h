@@ -34,4 +34,9 @@ int tiled_cpu_forward_scored(const fa2_problem_t *p, const oracle_score_t *mod,
                              int64_t block_m, int64_t block_n, int64_t splits, const float *q,
                              const float *k, const float *v, float *o, float *lse);
 
+/* 1: model the Hopper forward's lazy rescale (FA2_LAZY_RESCALE_LOG2, common/params.h):
+ * a row keeps its offset while its maximum grows by at most that many log2 units, so
+ * that its exponentials reach up to 2^8 and nothing is rescaled. Default 0. */
+extern int tiled_cpu_lazy_rescale;
+
 #endif

@@ -1,8 +1,9 @@
 /* 2^x on the FMA pipe, for exponentials taken off the MUFU unit (which softcap's tanh
  * shares with exp2). x = j + f with j = round(x) and f in [-1/2, 1/2]: 2^f by a cubic
  * (minimax in relative error, 7.6e-5 at most), 2^j added to its exponent field. Valid
- * for x in [-125, 127] (a normal result); the bounded softcap's exponents lie in
- * [-95.3, 0] (common/score_variants.cuh). Plain C, shared by the kernels and the host
+ * for x in [-125, 127] (a normal result); below -125 it is 0, so that masked scores
+ * (-inf) give 0 as exp2 does; NaN stays NaN. The bounded softcap's unmasked exponents lie
+ * in [-95.3, 0] (common/score_variants.cuh). Plain C, shared by the kernels and the host
  * test that checks it (tests/test_exp2_poly.c). */
 #ifndef FA2_EXP2_POLY_H
 #define FA2_EXP2_POLY_H
@@ -43,7 +44,7 @@ static inline FA2_HOST_DEVICE float fa2_bits_float(uint32_t u)
 }
 
 /* Rounded sums, never contracted or reassociated: the rounding to an integer relies on
- * them (three FADDs, three FFMAs and one shift-add on the GPU). */
+ * them (three FADDs, three FFMAs, one shift-add and a select on the GPU). */
 static inline FA2_HOST_DEVICE float fa2_add_rn(float a, float b)
 {
 #ifdef __CUDA_ARCH__
@@ -63,7 +64,8 @@ static inline FA2_HOST_DEVICE float fa2_exp2_poly(float x)
     p = fmaf(p, f, FA2_EXP2_POLY_C1);
     p = fmaf(p, f, FA2_EXP2_POLY_C0);
     /* t's low bits are j + 2^22: shifted by 23, only j << 23 is left (mod 2^32) */
-    return fa2_bits_float(fa2_float_bits(p) + (fa2_float_bits(t) << 23));
+    const float r = fa2_bits_float(fa2_float_bits(p) + (fa2_float_bits(t) << 23));
+    return x < -125.0f ? 0.0f : r; /* -inf would give NaN, below -126 a wrapped exponent */
 }
 
 #endif

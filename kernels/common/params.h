@@ -16,6 +16,11 @@ extern "C" {
  * calls: kernels/sm90/fwd_sm90_tiles.h); the GPU tests run it at this value. */
 #define FA2_MAX_BOUNDED_SOFTCAP 33.0f
 
+/* How far (log2 units) a row's running maximum may grow before the Hopper forward's
+ * lazy rescale moves the row's offset (kernels/common/softmax.cuh:
+ * update_deferred_lazy; tests/tiled_cpu.c models it): p stays at most 2^8. */
+#define FA2_LAZY_RESCALE_LOG2 8.0f
+
 typedef struct fa2_params_t {
     const void *q;
     const void *k;

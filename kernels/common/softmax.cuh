@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "common/exp2_poly.h"
+#include "common/params.h"
 #include "common/ptx.cuh"
 
 namespace fa2 {
@@ -83,6 +84,28 @@ struct OnlineSoftmax {
                                                            float (&alpha_out)[kMTiles][2])
     {
         update_rows<kNTiles, 2, true>(s, scale_log2, bias, alpha_out);
+    }
+
+    // update_deferred() / update_deferred_biased() that keep each row's offset while its
+    // maximum grows by at most FA2_LAZY_RESCALE_LOG2 (log2 units): then p is at most
+    // 2^FA2_LAZY_RESCALE_LOG2 (fp32 sums, bf16 / fp16 P and fp32 O hold it), alpha is 1
+    // and the return is false, so that the caller skips O's rescale. Decided for the whole warp
+    // (its rows either all keep or all move), so the skip is a uniform branch. The row
+    // maxima are formed as trees (depth log2 of the row's values, not their count).
+    template <int kNTiles>
+    __device__ __forceinline__ bool update_deferred_lazy(float (&s)[kMTiles][kNTiles][4],
+                                                         float scale_log2,
+                                                         float (&alpha_out)[kMTiles][2])
+    {
+        const float no_bias[kMTiles][2] = {};
+        return update_rows_lazy<kNTiles, false>(s, scale_log2, no_bias, alpha_out);
+    }
+    template <int kNTiles>
+    __device__ __forceinline__ bool update_deferred_biased_lazy(
+        float (&s)[kMTiles][kNTiles][4], float scale_log2, const float (&bias)[kMTiles][2],
+        float (&alpha_out)[kMTiles][2])
+    {
+        return update_rows_lazy<kNTiles, true>(s, scale_log2, bias, alpha_out);
     }
 
     // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
@@ -196,6 +219,24 @@ struct OnlineSoftmax {
     }
 
   private:
+    // Row half h of one mma tile's scores s to p = 2^(s scale_log2 - offset) in place;
+    // returns this thread's sum of them.
+    template <int kNTiles>
+    static __device__ __forceinline__ float exp_row_half(float (&s)[kNTiles][4], int h,
+                                                         float scale_log2, float offset)
+    {
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                s[nt][e] = exp2_approx(fmaf(s[nt][e], scale_log2, -offset));
+                sum += s[nt][e];
+            }
+        }
+        return sum;
+    }
+
     // update_deferred()'s body; kBiased: the scores are s + bias (update_deferred_biased).
     template <int kNTiles, int kHalves, bool kBiased>
     __device__ __forceinline__ void update_rows(float (&s)[kMTiles][kNTiles][4], float scale_log2,
@@ -225,19 +266,66 @@ struct OnlineSoftmax {
                 // the exponent's offset for s: m_scaled less the row's bias in log2 units
                 const float offset =
                     kBiased ? fmaf(-bias[mt][h], scale_log2, m_scaled) : m_scaled;
-                float sum = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        s[mt][nt][e] = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -offset));
-                        sum += s[mt][nt][e];
-                    }
-                }
+                const float sum = exp_row_half<kNTiles>(s[mt], h, scale_log2, offset);
                 row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
                 alpha_out[mt][h] = alpha;
             }
         }
+    }
+
+    // update_deferred_lazy()'s body (kBiased: update_deferred_biased_lazy()).
+    template <int kNTiles, bool kBiased>
+    __device__ __forceinline__ bool update_rows_lazy(float (&s)[kMTiles][kNTiles][4],
+                                                     float scale_log2,
+                                                     const float (&bias)[kMTiles][2],
+                                                     float (&alpha_out)[kMTiles][2])
+    {
+        float m_new[kMTiles][2];
+        bool grows = false;
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float t[kNTiles];
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt)
+                    t[nt] = fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
+#pragma unroll
+                for (int stride = 1; stride < kNTiles; stride *= 2)
+#pragma unroll
+                    for (int i = 0; i + stride < kNTiles; i += 2 * stride)
+                        t[i] = fmaxf(t[i], t[i + stride]);
+                const float local = kBiased ? t[0] + bias[mt][h] : t[0];
+                const float m = fmaxf(row_max[mt][h], quad_max(local));
+                m_new[mt][h] = m;
+                // NaN (-inf to -inf, nothing seen yet) or a first finite max: moves
+                grows |= !((m - row_max[mt][h]) * scale_log2 <= FA2_LAZY_RESCALE_LOG2);
+            }
+        }
+        const bool moves = __any_sync(0xffffffffu, grows);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // offsets as update_rows forms them (rounded products, 0 for -inf)
+                const float m_old_scaled = __fmul_rn(row_max[mt][h], scale_log2);
+                float alpha = 1.f;
+                if (moves) {
+                    const float m = m_new[mt][h];
+                    const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+                    alpha = exp2_approx(m_old_scaled - m_scaled);
+                    row_max[mt][h] = m;
+                }
+                const float m = row_max[mt][h];
+                const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+                const float offset =
+                    kBiased ? fmaf(-bias[mt][h], scale_log2, m_scaled) : m_scaled;
+                const float sum = exp_row_half<kNTiles>(s[mt], h, scale_log2, offset);
+                row_sum[mt][h] = moves ? row_sum[mt][h] * alpha + sum : row_sum[mt][h] + sum;
+                alpha_out[mt][h] = alpha;
+            }
+        }
+        return moves;
     }
 };
 

@@ -104,6 +104,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
     // The math warpgroups take turns at issuing their products (FA2_SM90_PINGPONG)
     constexpr bool kPingpong = kProducer && FA2_SM90_PINGPONG;
+    // The overlapped loop skips O's rescale while its rows keep their offsets
+    // (FA2_SM90_LAZY_RESCALE: 1 in the scored instances, 2 in the plain ones too)
+    constexpr bool kLazyRescale = FA2_SM90_LAZY_RESCALE >= (kScored ? 1 : 2);
     static_assert(kCopyEngine || kMode == kPagedSeq || (kProducer && kMode == kDenseSeq),
                   "packed K/V by the copy engine");
     constexpr int kBlockThreads = FwdSm90Launch<Tr, kKv>::kThreads;
@@ -335,9 +338,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 wgmma_commit();
             };
             // P of tile j in s (fp32); O's rescale factors to alpha, applied once the
-            // previous tile's P V is done.
+            // previous tile's P V is done, where the return is true (kLazyRescale: false
+            // while every row of the warp keeps its offset).
             const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
-                                           float (&alpha)[1][2]) {
+                                           float (&alpha)[1][2]) -> bool {
                 [[maybe_unused]] int side = 0;
                 [[maybe_unused]] float bias[1][2];
                 if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
@@ -355,13 +359,21 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 if (window.block_needs_mask(rows_first, rows_last, key_first,
                                             key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);
-                if constexpr (kBoundedScores)  // O keeps its scale
+                const float scale_log2 = kScored ? variants.score_log2 : p.scale_log2;
+                if constexpr (kBoundedScores) {  // O keeps its scale
                     softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2);
-                else if (side != 0)
-                    softmax.update_deferred_biased(s, variants.score_log2, bias, alpha);
-                else
-                    softmax.update_deferred(s, kScored ? variants.score_log2 : p.scale_log2,
-                                            alpha);
+                    return false;
+                } else if constexpr (kLazyRescale) {
+                    return side != 0 ? softmax.update_deferred_biased_lazy(s, scale_log2, bias,
+                                                                           alpha)
+                                     : softmax.update_deferred_lazy(s, scale_log2, alpha);
+                } else {
+                    if (side != 0)
+                        softmax.update_deferred_biased(s, scale_log2, bias, alpha);
+                    else
+                        softmax.update_deferred(s, scale_log2, alpha);
+                    return true;
+                }
             };
             uint32_t pa[Tr::kBlockN / 16][4];
             const auto issue_pv = [&](int j) {
@@ -417,7 +429,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     if (tiles > 1) copy_k(1);
                     fetch_pages(2);
                 }
-                probabilities(s, key_of(0), alpha);  // O is 0: no rescale
+                (void)probabilities(s, key_of(0), alpha);  // O is 0: no rescale
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
                     a_fragment<Elem>(pa[kk], s[0], kk);
@@ -437,10 +449,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     __syncthreads();  // every warp's S read K
                     if (j + 1 < tiles) copy_k(j + 1);
                 }
-                probabilities(s, key_of(j), alpha);
+                const bool rescale = probabilities(s, key_of(j), alpha);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
-                if constexpr (!kBoundedScores) softmax.rescale(o, alpha);
+                if (!kBoundedScores && rescale) softmax.rescale(o, alpha);
                 if constexpr (kProducer) {
                     mbarrier_arrive(ProducerBars{bars}.v_free(j - 1));  // P V read V(j - 1)
                 } else {

@@ -55,8 +55,9 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 
 /* The bounded softcap's exponentials: every FA2_SM90_BOUNDED_POLY_PERIOD-th n8 tile's
  * on the FMA pipe (kernels/common/exp2_poly.h) instead of MUFU, which tanh takes as well
- * (0: none). Not yet measured on the GPU: 0 until a run shows a gain
- * (docs/performance.md). */
+ * (0: none). On the H200 1 in 4 ran 1 % faster and 1 in 2 slower (the issue slots it
+ * adds cost what MUFU saves; docs/performance.md, "Pingpong, the dense producer, lazy
+ * rescale and the FMA-pipe exp2, measured"), so it stays 0. */
 #ifndef FA2_SM90_BOUNDED_POLY_PERIOD
 #define FA2_SM90_BOUNDED_POLY_PERIOD 0
 #endif
@@ -70,23 +71,39 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 #define FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) \
     ((head_dim_bucket) == 128 && (warpgroups) == 1)
 
-/* Tuning switches of the producer layout, 0 until a GPU run shows a gain
- * (docs/performance.md): FA2_SM90_DENSE_PRODUCER 1 runs dense batches in it too, the
- * producer issuing the copy engine's boxes; FA2_SM90_PINGPONG 1 has its two math
- * warpgroups take turns at issuing their products, so that one's softmax runs while
- * the other's products do. */
+/* Switches of the producer layout, both on since the H200 measured them together (dense
+ * d = 128 forward 1.05-1.10x faster; docs/performance.md, "Pingpong, the dense producer,
+ * lazy rescale and the FMA-pipe exp2, measured"): FA2_SM90_DENSE_PRODUCER 1 runs dense
+ * batches in it too, the producer issuing the copy engine's boxes; FA2_SM90_PINGPONG 1
+ * has its two math warpgroups take turns at issuing their products, so that one's
+ * softmax runs while the other's products do. 0 restores the one-warpgroup dense tile
+ * and math warpgroups that issue whenever they are ready. */
 #ifndef FA2_SM90_DENSE_PRODUCER
-#define FA2_SM90_DENSE_PRODUCER 0
+#define FA2_SM90_DENSE_PRODUCER 1
 #endif
 #ifndef FA2_SM90_PINGPONG
-#define FA2_SM90_PINGPONG 0
+#define FA2_SM90_PINGPONG 1
 #endif
 
-/* paged: a paged cache; dense: a dense batch (neither: a packed one). */
+/* The overlapped loop's lazy rescale (common/softmax.cuh: update_deferred_lazy): a row
+ * keeps its exponent's offset while its maximum grows by at most FA2_LAZY_RESCALE_LOG2,
+ * and a warp whose rows all keep theirs skips O's rescale. 1: in the instances with
+ * score variants (ALiBi at d = 128: 2-3 % faster on the H200); 2: in the plain ones too
+ * (there the readings disagreed, -3 % to +11 %: not a measured gain); 0: nowhere
+ * (docs/performance.md, the section named above). */
+#ifndef FA2_SM90_LAZY_RESCALE
+#define FA2_SM90_LAZY_RESCALE 1
+#endif
+
+/* paged: a paged cache; dense_rows: a dense batch's seqlen_q (0: not dense, a packed
+ * batch when not paged either). A dense batch takes the layout when its rows reach the
+ * last math warpgroup's: at 64 rows or fewer the one-warpgroup tile runs two blocks per
+ * SM where the producer layout would leave a math warpgroup without rows. */
 static inline int fa2_fwd_sm90_takes_producer(int64_t head_dim_bucket, int64_t warpgroups,
-                                              int paged, int dense, int32_t dtype,
+                                              int paged, int64_t dense_rows, int32_t dtype,
                                               float softcap, int alibi)
 {
+    const int dense = dense_rows > 64 * (FA2_SM90_PRODUCER_WARPGROUPS - 1);
     return (paged || (FA2_SM90_DENSE_PRODUCER && dense)) &&
            FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) &&
            (softcap == 0.0f || fa2_sm90_softcap_bounds_scores(dtype, softcap, alibi));

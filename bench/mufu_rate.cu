@@ -1,0 +1,82 @@
+// Results per clock and SM of the special-function unit's instructions the score variants
+// use (ex2.approx, tanh.approx) against FFMA, measured in clocks of the SM (clock64), one
+// block of 32 warps per SM, 8 independent chains per thread. Runs on the GPU as the
+// build's bench/fa2_mufu_rate (sm_90a builds).
+#include <cstdio>
+#include <cuda_runtime.h>
+
+enum Op { kEx2, kTanh, kFfma, kEx2Tanh };
+
+__device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float tanh_approx(float x)
+{
+    float y;
+    asm volatile("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <Op kOp>
+__global__ void rate_kernel(int iters, float seed, float *sink, long long *clocks)
+{
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = seed * (threadIdx.x + i);
+    __syncthreads();
+    const long long t0 = clock64();
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            if constexpr (kOp == kEx2) v[i] = ex2(-v[i]);
+            if constexpr (kOp == kTanh) v[i] = tanh_approx(v[i]);
+            if constexpr (kOp == kFfma) v[i] = fmaf(v[i], 0.999f, 1e-3f);
+            if constexpr (kOp == kEx2Tanh) v[i] = (i & 1) ? ex2(-v[i]) : tanh_approx(v[i]);
+        }
+    }
+    __syncthreads();
+    const long long t1 = clock64();
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s += v[i];
+    if (s == 12345.f) sink[threadIdx.x] = s;  // keeps the chains alive
+    if (threadIdx.x == 0) clocks[blockIdx.x] = t1 - t0;
+}
+
+template <Op kOp>
+static double results_per_clock(int sms, float *sink, long long *clocks)
+{
+    const int threads = 1024, iters = 4096;
+    rate_kernel<kOp><<<sms, threads>>>(iters, 1e-3f, sink, clocks);  // warm-up
+    rate_kernel<kOp><<<sms, threads>>>(iters, 1e-3f, sink, clocks);
+    if (cudaDeviceSynchronize() != cudaSuccess) return -1.0;
+    long long host[1024];
+    cudaMemcpy(host, clocks, sms * sizeof(long long), cudaMemcpyDeviceToHost);
+    long long worst = 0;
+    for (int i = 0; i < sms; ++i) worst = host[i] > worst ? host[i] : worst;
+    return (double)threads * iters * 8 / (double)worst;
+}
+
+int main()
+{
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+        printf("mufu_rate: no CUDA device\n");
+        return 1;
+    }
+    if (sms > 1024) sms = 1024;
+    float *sink;
+    long long *clocks;
+    cudaMalloc(&sink, 1024 * sizeof(float));
+    cudaMalloc(&clocks, 1024 * sizeof(long long));
+    printf("results per SM clock (%d SMs, one block of 32 warps each):\n", sms);
+    printf("  ex2.approx.ftz.f32   %6.2f\n", results_per_clock<kEx2>(sms, sink, clocks));
+    printf("  tanh.approx.f32      %6.2f\n", results_per_clock<kTanh>(sms, sink, clocks));
+    printf("  ex2 and tanh, 1:1    %6.2f\n", results_per_clock<kEx2Tanh>(sms, sink, clocks));
+    printf("  ffma (dependent)     %6.2f\n", results_per_clock<kFfma>(sms, sink, clocks));
+    return 0;
+}

@@ -65,7 +65,9 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
             tile->block_n = (bn);                                                          \
             tile->warps = 4 * (math_wg + producer);                                        \
             tile->arch = 90;                                                               \
-            tile->smem_bytes = fa2_fwd_sm90_smem_bytes((b), 64 * math_wg, (bn));           \
+            tile->smem_bytes =                                                             \
+                producer ? fa2_fwd_sm90_producer_smem_bytes((b), 64 * math_wg, (bn))       \
+                         : fa2_fwd_sm90_smem_bytes((b), 64 * math_wg, (bn));               \
             return 1;                                                                      \
         }
         FA2_FWD_SM90_TILES(FA2_X)

@@ -16,6 +16,14 @@ extern "C" {
  * calls: kernels/sm90/fwd_sm90_tiles.h); the GPU tests run it at this value. */
 #define FA2_MAX_BOUNDED_SOFTCAP 33.0f
 
+/* constexpr where C++ reads the Hopper tile headers' formulas, so that the kernels'
+ * traits can check their shared-memory sizes against the planner's. */
+#if defined(__cplusplus)
+#define FA2_SM90_CONSTEXPR constexpr
+#else
+#define FA2_SM90_CONSTEXPR
+#endif
+
 /* How far (log2 units) a row's running maximum may grow before the Hopper forward's
  * lazy rescale moves the row's offset (kernels/common/softmax.cuh:
  * update_deferred_lazy; tests/tiled_cpu.c models it): p stays at most 2^8. */

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "common/params.h" /* FA2_SM90_CONSTEXPR */
+
 /* (head_dim_bucket, warpgroups, block_m (queries per step), split).
  *   split 0: block_n = 64 keys per warpgroup; block_m = 64, or 64 per warpgroup.
  *   split 1: block_n = 64 keys shared by two warpgroups that split each step's work and
@@ -35,13 +37,6 @@
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128) \
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256)
 
-/* constexpr where C++ reads the formulas below, so the kernels' traits can check
- * their shared-memory sizes against the planner's. */
-#if defined(__cplusplus)
-#define FA2_SM90_CONSTEXPR constexpr
-#else
-#define FA2_SM90_CONSTEXPR
-#endif
 
 /* 1 when the bucket's row is split (0 when it has none). Split rows compute dQ in the
  * Hopper dQ kernel, without atomics, in both modes. */

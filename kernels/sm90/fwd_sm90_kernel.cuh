@@ -64,10 +64,14 @@ struct FwdSm90Traits {
 // producer warpgroup of its own (sm90/fwd_sm90_producer.cuh).
 enum KvCopy { kKvByCopyEngine, kKvByCpAsync, kKvByProducer };
 
-// Threads per block: the producer warpgroup adds 128.
+// Threads per block: the producer warpgroup adds 128; shared memory: its K stages past
+// the first add a K buffer each (fa2_fwd_sm90_producer_smem_bytes).
 template <typename Tr, int kKv>
 struct FwdSm90Launch {
     static constexpr int kThreads = Tr::kThreads + (kKv == kKvByProducer ? 128 : 0);
+    static constexpr int kSmemBytes =
+        Tr::kSmemBytes +
+        (kKv == kKvByProducer ? (FA2_SM90_PRODUCER_K_STAGES - 1) * Tr::kKVBytes : 0);
 };
 
 // The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):
@@ -134,8 +138,11 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     // the alignment pad when it has room, else past V (the pad is then too small and the
     // rest of it follows V).
     constexpr uint32_t kBarBytes = kProducer ? ProducerBars::kBytes : 24;
-    const uint32_t bars = q_smem - smem_addr(smem) >= kBarBytes ? smem_addr(smem)
-                                                                : v_smem + Tr::kKVBytes;
+    // (past V: past the last K/V buffer, 3 of them but for the producer's K stages)
+    constexpr int kKVBuffers = kProducer ? ProducerBars::kKStages + 2 : 3;
+    const uint32_t bars = q_smem - smem_addr(smem) >= kBarBytes
+                              ? smem_addr(smem)
+                              : k_smem + kKVBuffers * Tr::kKVBytes;
     const uint32_t v_full = bars + 16;
     const auto k_full = [bars](int it) { return bars + 8 * (it & 1); };
     // Paged: this lane's page ids for the next K tile and for the V tile, a tile ahead.
@@ -230,10 +237,12 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
         // full: each producer thread's cp.async arrival, or the copy engine's bytes
         constexpr int kFullArrivals = kProducerCpAsync ? 128 : 1;
         if (tid == 0) {
-            mbarrier_init(producer_bars.k_full(), kFullArrivals);
+            for (int b = 0; b < ProducerBars::kKStages; ++b)
+                mbarrier_init(producer_bars.k_full(b), kFullArrivals);
             mbarrier_init(producer_bars.v_full(0), kFullArrivals);
             mbarrier_init(producer_bars.v_full(1), kFullArrivals);
-            mbarrier_init(producer_bars.k_free(), Tr::kThreads);
+            for (int b = 0; b < ProducerBars::kKStages; ++b)
+                mbarrier_init(producer_bars.k_free(b), Tr::kThreads);
             mbarrier_init(producer_bars.v_free(0), Tr::kThreads);
             mbarrier_init(producer_bars.v_free(1), Tr::kThreads);
             fence_mbarrier_init();
@@ -292,10 +301,17 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             const int rows_first = row_first, rows_last = row_last, keys = seq.seqlen_k;
             const KeyWindow window = win;
             const auto key_of = [last_block](int j) { return (last_block - j) * Tr::kBlockN; };
-            const auto v_tile = [k_smem](int j) {
-                return k_smem + (1 + (j & 1)) * Tr::kKVBytes;
+            // Tile j's buffers and barriers: one K buffer, or the producer's K stages
+            const auto k_tile = [k_smem](int j) {
+                return kProducer ? producer_k_tile<Tr>(k_smem, j) : k_smem;
             };
-            const auto v_bar = [bars](int j) { return bars + 8 + 8 * (j & 1); };
+            const auto v_tile = [k_smem](int j) {
+                return kProducer ? producer_v_tile<Tr>(k_smem, j)
+                                 : k_smem + (1 + (j & 1)) * Tr::kKVBytes;
+            };
+            const auto v_bar = [bars](int j) {
+                return kProducer ? ProducerBars{bars}.v_full(j) : bars + 8 + 8 * (j & 1);
+            };
             const auto v_phase = [](int j) { return static_cast<uint32_t>((j >> 1) & 1); };
             // Tile j's K and V (paged: from the pages k_page holds, v_page for tile 0).
             const auto copy_k = [&](int j) {
@@ -319,7 +335,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             };
             // Tile j's K landed (the producer's cp.async rows then need a proxy fence).
             const auto wait_k = [&](int j) {
-                mbarrier_wait(bars, j & 1);
+                if constexpr (kProducer)
+                    mbarrier_wait(ProducerBars{bars}.k_full(j), ProducerBars::k_full_phase(j));
+                else
+                    mbarrier_wait(bars, j & 1);
                 if constexpr (kProducerCpAsync) fence_proxy_async();  // cp.async's rows, to wgmma
             };
             if constexpr (!kProducer) {
@@ -327,9 +346,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 if (tiles > 1) copy_v(1);
             }
 
-            const auto issue_s = [&](float (&s)[1][Tr::kNTiles][4]) {
+            const auto issue_s = [&](float (&s)[1][Tr::kNTiles][4], int j) {
                 const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
-                const uint64_t k_desc = desc_k_major<Tr::kBlockN>(opaque(k_smem), 0, 0);
+                const uint64_t k_desc = desc_k_major<Tr::kBlockN>(opaque(k_tile(j)), 0, 0);
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
@@ -418,12 +437,12 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
                 take_turn();
-                issue_s(s);
+                issue_s(s, 0);
                 pass_turn();
                 wgmma_wait<0>();
                 reg_fence(s[0]);
                 if constexpr (kProducer) {
-                    mbarrier_arrive(ProducerBars{bars}.k_free());  // S read K
+                    mbarrier_arrive(ProducerBars{bars}.k_free(0));  // S read K
                 } else {
                     __syncthreads();  // every warp's S read K: the buffer takes tile 1's
                     if (tiles > 1) copy_k(1);
@@ -438,13 +457,13 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 float s[1][Tr::kNTiles][4], alpha[1][2];
                 wait_k(j);
                 take_turn();
-                issue_s(s);
+                issue_s(s, j);
                 issue_pv(j - 1);
                 pass_turn();
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
                 if constexpr (kProducer) {
-                    mbarrier_arrive(ProducerBars{bars}.k_free());  // S read K
+                    mbarrier_arrive(ProducerBars{bars}.k_free(j));  // S read K
                 } else {
                     __syncthreads();  // every warp's S read K
                     if (j + 1 < tiles) copy_k(j + 1);

@@ -3,12 +3,12 @@
 // copies leave the math warpgroups' issue slots (the FlashAttention-3 warp-specialised
 // layout), and two math warpgroups share each tile it copies. (As tuning, a dense
 // batch's tiles too, by the copy engine: produce_copied_tiles.) It fills the overlapped
-// loop's buffers, one K and two V, each as soon as the math warpgroups free it, and
-// signals each tile on mbarriers:
-//   bars + 0: K full, + 8 / + 16: V full (tile parity); each 128 producer arrivals
+// loop's buffers, FA2_SM90_PRODUCER_K_STAGES K and two V, each as soon as the math
+// warpgroups free it, and signals each tile on mbarriers (ProducerBars):
+//   K full, V full (one per buffer): each 128 producer arrivals
 //             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed),
-//             or for the copy engine one arrival that expects the tile's bytes
-//   bars + 24: K free, + 32 / + 40: V free; an arrival from every math thread.
+//             or for the copy engine one arrival that expects the tile's bytes;
+//   K free, V free (one per buffer): an arrival from every math thread.
 // Rows past the keys and pages out of range arrive as zeros (load_paged_tile).
 #pragma once
 
@@ -18,6 +18,7 @@
 #include "common/params.h"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
+#include "sm90/fwd_sm90_tiles.h"
 #include "sm90/tma.cuh"
 #include "sm90/wgmma.cuh"
 
@@ -34,14 +35,37 @@ constexpr int producer_math_regs()
     return (at_launch * threads - kProducerRegs * 128) / kMathThreads / 8 * 8;
 }
 
+// Tile j's buffers take turns: K j % kKStages, V j & 1. The barriers, 8 bytes each: K
+// full, V full, K free, V free, one per buffer.
 struct ProducerBars {
+    static constexpr int kKStages = FA2_SM90_PRODUCER_K_STAGES;
+    static_assert(kKStages == 1 || kKStages == 2, "one or two K buffers");
     uint32_t base;
-    __device__ uint32_t k_full() const { return base; }
-    __device__ uint32_t v_full(int j) const { return base + 8 + 8 * (j & 1); }
-    __device__ uint32_t k_free() const { return base + 24; }
-    __device__ uint32_t v_free(int j) const { return base + 32 + 8 * (j & 1); }
-    static constexpr int kBytes = 48;
+    __device__ uint32_t k_full(int j) const { return base + 8 * (j % kKStages); }
+    __device__ uint32_t v_full(int j) const { return base + 8 * kKStages + 8 * (j & 1); }
+    __device__ uint32_t k_free(int j) const
+    {
+        return base + 8 * (kKStages + 2) + 8 * (j % kKStages);
+    }
+    __device__ uint32_t v_free(int j) const { return base + 8 * (2 * kKStages + 2) + 8 * (j & 1); }
+    // The phase of K full that tile j waits for; K free's that tile j's copy waits for
+    // (tile j - kKStages read the buffer; j >= kKStages).
+    static __device__ uint32_t k_full_phase(int j) { return (j / kKStages) & 1; }
+    static __device__ uint32_t k_free_phase(int j) { return (j / kKStages - 1) & 1; }
+    static constexpr int kBytes = 8 * (2 * kKStages + 4);
 };
+
+// Tile j's K and V buffers, from the first K buffer (Q's end).
+template <typename Tr>
+__device__ __forceinline__ uint32_t producer_k_tile(uint32_t k_smem, int j)
+{
+    return k_smem + (j % ProducerBars::kKStages) * Tr::kKVBytes;
+}
+template <typename Tr>
+__device__ __forceinline__ uint32_t producer_v_tile(uint32_t k_smem, int j)
+{
+    return k_smem + (ProducerBars::kKStages + (j & 1)) * Tr::kKVBytes;
+}
 
 // This thread's row (index in the row space, -1: zero-fill) of each of its passes over a
 // tile, from its lane's fetched page id (load_paged_tile's rows, found ahead of the copies:
@@ -77,8 +101,8 @@ __device__ __forceinline__ void copy_tile_rows(uint32_t smem, const Elem *head, 
     }
 }
 
-// Tile j (keys key_of(j) = (last_block - j) block_n on) for j in [0, tiles): K into
-// k_smem, V into v_smem(j & 1). ptid: the thread's index in the producer warpgroup. In a
+// Tile j (keys key_of(j) = (last_block - j) block_n on) for j in [0, tiles): K and V
+// into their buffers (producer_k_tile, producer_v_tile). ptid: the thread's index in the producer warpgroup. In a
 // row space (the usual layouts) the next tile's rows are found before its buffer is free.
 template <typename Tr, typename Elem>
 __device__ __forceinline__ void produce_paged_tiles(const fa2_params_t &p, const Sequence &seq,
@@ -96,13 +120,15 @@ __device__ __forceinline__ void produce_paged_tiles(const fa2_params_t &p, const
     if (row_space) tile_row_indices<Shape>(rows, k_rows, page, key_of(0), ptid);
     for (int j = 0; j < tiles; ++j) {
         const int key_first = key_of(j);
-        const uint32_t v_smem = k_smem + (1 + (j & 1)) * Tr::kKVBytes;
-        if (j > 0) mbarrier_wait(bars.k_free(), (j - 1) & 1);  // S of tile j - 1 read K
+        const uint32_t k_tile = producer_k_tile<Tr>(k_smem, j);
+        const uint32_t v_smem = producer_v_tile<Tr>(k_smem, j);
+        if (j >= ProducerBars::kKStages)  // S of the tile before in this buffer read K
+            mbarrier_wait(bars.k_free(j), ProducerBars::k_free_phase(j));
         if (row_space)
-            copy_tile_rows<Shape, Tr::kBlockN>(k_smem, k_rows.head, k_rows.row_bytes, rows, ptid);
+            copy_tile_rows<Shape, Tr::kBlockN>(k_tile, k_rows.head, k_rows.row_bytes, rows, ptid);
         else
-            load_paged_tile<Shape>(k_smem, k_rows, page, key_first, p.head_dim, ptid, panel);
-        cp_async_arrive_noinc(bars.k_full());
+            load_paged_tile<Shape>(k_tile, k_rows, page, key_first, p.head_dim, ptid, panel);
+        cp_async_arrive_noinc(bars.k_full(j));
         if (j > 1) mbarrier_wait(bars.v_free(j), ((j >> 1) + 1) & 1);  // P V of tile j - 2
         if (row_space)
             copy_tile_rows<Shape, Tr::kBlockN>(v_smem, v_rows.head, v_rows.row_bytes, rows, ptid);
@@ -142,10 +168,12 @@ __device__ __forceinline__ void produce_copied_tiles(const CUtensorMap *k_map,
 {
     for (int j = 0; j < tiles; ++j) {
         const int key_first = (last_block - j) * Tr::kBlockN;
-        if (j > 0) mbarrier_wait(bars.k_free(), (j - 1) & 1);  // S of tile j - 1 read K
-        copy_kv_tile<Tr>(k_map, k_smem, bars.k_full(), kv_head, key_first, batch);
+        if (j >= ProducerBars::kKStages)  // S of the tile before in this buffer read K
+            mbarrier_wait(bars.k_free(j), ProducerBars::k_free_phase(j));
+        copy_kv_tile<Tr>(k_map, producer_k_tile<Tr>(k_smem, j), bars.k_full(j), kv_head,
+                         key_first, batch);
         if (j > 1) mbarrier_wait(bars.v_free(j), ((j >> 1) + 1) & 1);  // P V of tile j - 2
-        copy_kv_tile<Tr>(v_map, k_smem + (1 + (j & 1)) * Tr::kKVBytes, bars.v_full(j), kv_head,
+        copy_kv_tile<Tr>(v_map, producer_v_tile<Tr>(k_smem, j), bars.v_full(j), kv_head,
                          key_first, batch);
     }
 }

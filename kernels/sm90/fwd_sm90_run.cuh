@@ -131,8 +131,13 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t grid = (p.seqlen_q + block_m - 1) / block_m * p.heads_q * p.batch;
     const int threads =
         producer ? FwdSm90Launch<TrProducer, kProducerKv>::kThreads : Tr::kThreads;
+    using ProducerLaunch = FwdSm90Launch<TrProducer, kProducerKv>;
+    static_assert(!kProducer || ProducerLaunch::kSmemBytes ==
+                                    fa2_fwd_sm90_producer_smem_bytes(
+                                        Tr::kHeadDim, TrProducer::kBlockM, TrProducer::kBlockN),
+                  "the planner's producer shared memory");
     return launch_one(kernel, grid, threads,
-                      producer ? TrProducer::kSmemBytes : Tr::kSmemBytes, stream, args);
+                      producer ? ProducerLaunch::kSmemBytes : Tr::kSmemBytes, stream, args);
 }
 
 }  // namespace fa2

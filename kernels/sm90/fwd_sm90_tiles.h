@@ -78,6 +78,23 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
  * has its two math warpgroups take turns at issuing their products, so that one's
  * softmax runs while the other's products do. 0 restores the one-warpgroup dense tile
  * and math warpgroups that issue whenever they are ready. */
+/* K buffers of the producer layout (1 or 2; V has 2). With one, the next K tile's copy
+ * waits until both math warpgroups' S of this tile read K, so its latency falls between
+ * the tensor cores' products; with two it is issued a tile ahead, at 32 KiB more shared
+ * memory (d = 128). 1 until a GPU run shows a gain (docs/performance.md, "Prepared for
+ * the next GPU run: two K buffers"). */
+#ifndef FA2_SM90_PRODUCER_K_STAGES
+#define FA2_SM90_PRODUCER_K_STAGES 1
+#endif
+
+/* The producer layout's shared memory: Q (block_m rows), its K buffers and two V buffers
+ * (block_n rows each), plus the 1 KiB alignment pad. */
+static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
+    int64_t head_dim_bucket, int64_t block_m, int64_t block_n)
+{
+    return (block_m + (FA2_SM90_PRODUCER_K_STAGES + 2) * block_n) * head_dim_bucket * 2 + 1024;
+}
+
 #ifndef FA2_SM90_DENSE_PRODUCER
 #define FA2_SM90_DENSE_PRODUCER 1
 #endif

@@ -305,9 +305,15 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         (void)kv_copy_engine_model;
         (void)in_bwd_sm90_table;
 #endif
-        /* Hopper tiles: 64 rows per warpgroup (wgmma's M), 4 warps per warpgroup */
-        if (pl->fwd_arch == 90)
-            CHECK(pl->block_m % 64 == 0 && pl->warps == pl->block_m / 16);
+        /* Hopper tiles: 64 rows per warpgroup (wgmma's M), 4 warps per warpgroup; the
+         * producer layout (d = 128: a paged cache, or a dense batch of more than 64 rows,
+         * softcap off or bounding the scores) has one more warpgroup, its copies' */
+        if (pl->fwd_arch == 90) {
+            const int producer = pl->warps == pl->block_m / 16 + 4;
+            CHECK(pl->block_m % 64 == 0 && (pl->warps == pl->block_m / 16 || producer));
+            CHECK(!producer || (pl->head_dim_bucket == 128 && pl->block_m == 128 &&
+                                (q->page_size != 0 || (q->total_q == 0 && q->seqlen_q > 64))));
+        }
         if (pl->bwd_arch == 90)
             CHECK(pl->bwd_block_n % 64 == 0 && pl->bwd_block_m % 64 == 0);
     }

@@ -89,9 +89,10 @@ struct OnlineSoftmax {
     // update_deferred() / update_deferred_biased() that keep each row's offset while its
     // maximum grows by at most FA2_LAZY_RESCALE_LOG2 (log2 units): then p is at most
     // 2^FA2_LAZY_RESCALE_LOG2 (fp32 sums, bf16 / fp16 P and fp32 O hold it), alpha is 1
-    // and the return is false, so that the caller skips O's rescale. Decided for the whole warp
-    // (its rows either all keep or all move), so the skip is a uniform branch. The row
-    // maxima are formed as trees (depth log2 of the row's values, not their count).
+    // and the return is false, so that the caller skips O's rescale. Decided for the
+    // whole warp (its rows either all keep or all move), so the skip is a uniform branch.
+    // The row maxima are formed as trees (depth log2 of the row's values, not their
+    // count).
     template <int kNTiles>
     __device__ __forceinline__ bool update_deferred_lazy(float (&s)[kMTiles][kNTiles][4],
                                                          float scale_log2,

@@ -248,7 +248,7 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
     p.deterministic = det;
     p.softcap = var.softcap;
     p.softmax_scale = var.softmax_scale;
-    p.alibi = var.alibi;
+    p.alibi = var.alibi != 0;
     p.sinks = var.sinks;
     printf("case %ld: %s b=%" PRId64 " q=%" PRId64 " k=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
            " d=%" PRId64 " causal=%d det=%d softcap=%g scale=%g alibi=%d sinks=%d backward",
@@ -286,7 +286,8 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
         sinks[h] = h == 1   ? -INFINITY
                    : h == 2 ? 80.0f /* the row all sink: P ~ e^-80, dsinks ~ -sum D */
                             : oracle_rng_uniform(&rng, -3.0f, 6.0f);
-        slopes[h] = oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        slopes[h] = var.alibi == 2 ? oracle_rng_uniform(&rng, 0.6f, 0.8f)
+                                   : oracle_rng_uniform(&rng, 0.0f, 0.3f);
     }
     void *dq_in = device_buffer(qb, 2 * nq), *dk_in = device_buffer(kb, 2 * nk),
          *dv_in = device_buffer(vb, 2 * nk), *d_do = device_buffer(dob, 2 * nq),
@@ -398,14 +399,15 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
 
 /* Each variant alone and all three, both backward modes and kernel families (this
  * device, the 99 KiB record), GQA, the head-dim buckets, causal with q > k (rows that
- * see no key: their LSE is the sink), softcap small (tanh bends) and large. */
+ * see no key: their LSE is the sink), softcap small (tanh bends) and large, ALiBi's
+ * slopes shallow (below 0.3) and steep (0.6 to 0.8: rows held by their nearest keys). */
 static void test_scored_backward(void **state)
 {
     (void)state;
     static const int64_t dims[] = {64, 96, 128, 256};
     static const variants_t vars[] = {
         {0.0f, 0, 1, 0.0f, 0}, {30.0f, 0, 0, 0.0f, 0}, {0.0f, 1, 0, 0.0f, 0},
-        {2.0f, 1, 1, 0.0f, 0}};
+        {2.0f, 1, 1, 0.0f, 0}, {0.0f, 2, 0, 0.0f, 0}, {30.0f, 2, 1, 0.0f, 0}};
     const fa2_device_info_t consumer = consumer_device_info(&g_info);
     long index = 600, failed = 0, run = 0;
     for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; ++vi)

@@ -81,10 +81,11 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 /* K buffers of the producer layout (1 or 2; V has 2). With one, the next K tile's copy
  * waits until both math warpgroups' S of this tile read K, so its latency falls between
  * the tensor cores' products; with two it is issued a tile ahead, at 32 KiB more shared
- * memory (d = 128). 1 until a GPU run shows a gain (docs/performance.md, "Prepared for
- * the next GPU run: two K buffers"). */
+ * memory (d = 128). On the H200 two ran dense d = 128 forwards without a causal mask
+ * 1.03-1.12x faster, causal ones within noise (docs/performance.md, "Two K buffers,
+ * measured"). */
 #ifndef FA2_SM90_PRODUCER_K_STAGES
-#define FA2_SM90_PRODUCER_K_STAGES 1
+#define FA2_SM90_PRODUCER_K_STAGES 2
 #endif
 
 /* The producer layout's shared memory: Q (block_m rows), its K buffers and two V buffers

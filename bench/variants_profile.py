@@ -5,10 +5,15 @@ FA2_PROFILE=1):
     ncu --kernel-name regex:fwd_sm90 --page raw --csv --log-file ncu.csv ... \\
         python3 bench/variants_profile.py --lib build/libfa2.so
 The kernels come in that order: plain, softcap, ALiBi. `--summary ncu.csv` prints, per
-kernel, its time, each pipe's and the issue slots' use, and its largest warp stalls."""
+kernel, its time, each pipe's and the issue slots' use, and its largest warp stalls.
+Against a library built with FA2_PHASE_TRACE 1 (kernels/common/phase_trace.cuh) each
+forward prints its traced block's stamps; `--trace LOG` sums them up per kernel and math
+warpgroup: median clocks per tile and of each phase."""
 import argparse
 import csv
 import os
+import re
+import statistics
 import sys
 
 NAMES = ("plain", "softcap", "alibi")
@@ -70,14 +75,59 @@ def summary(path):
     return 0
 
 
+SCORE_KINDS = {0: "plain", 1: "bounded softcap", 2: "general scores"}
+TRACE = re.compile(r"trace scores (\d+) tiles (\d+) warpgroup (\d+) j (\d+): top (-?\d+) "
+                   r"k (-?\d+) turn (-?\d+) issued (-?\d+) s (-?\d+) softmax (-?\d+) "
+                   r"pv (-?\d+)")
+
+
+def trace_summary(path):
+    """Per traced kernel (in launch order) and warpgroup, medians over the traced tiles:
+    the period (one top to the next), then each phase as the gap between its stamps."""
+    runs, last = [], None
+    with open(path) as f:
+        for line in f:
+            m = TRACE.search(line)
+            if not m:
+                continue
+            kind, tiles, wg, j, top, k, turn, issued, s, soft, pv = map(int, m.groups())
+            if last is None or (wg, j) <= last[1:]:
+                runs.append({})
+            last = (kind, wg, j)
+            runs[-1].setdefault(wg, []).append((kind, tiles, top, k, turn, issued, s, soft, pv))
+    if not runs:
+        print(f"{path}: no trace lines")
+        return 1
+    med = statistics.median
+    for run in runs:
+        for wg, rows in sorted(run.items()):
+            kind, tiles = rows[0][0], rows[0][1]
+            period = [b[2] - a[2] for a, b in zip(rows, rows[1:])]
+            gaps = {
+                "k wait": [r[3] for r in rows],
+                "turn wait": [r[4] - r[3] for r in rows],
+                "issue": [r[5] - r[4] for r in rows],
+                "S wait": [r[6] - r[5] for r in rows],
+                "softmax": [r[7] - r[6] for r in rows],
+                "PV wait": [r[8] - r[7] for r in rows],
+            }
+            print(f"trace {SCORE_KINDS.get(kind, kind)} (block of {tiles} tiles) warpgroup {wg}: "
+                  f"period {med(period):.0f} clocks; " +
+                  ", ".join(f"{n} {med(v):.0f}" for n, v in gaps.items()))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default=os.environ.get("FA2_LIBRARY", "build/libfa2.so"))
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--summary", help="print the summary of an ncu raw CSV and exit")
+    ap.add_argument("--trace", help="sum up a FA2_PHASE_TRACE run's output and exit")
     args = ap.parse_args()
     if args.summary:
         return summary(args.summary)
+    if args.trace:
+        return trace_summary(args.trace)
     profile(args.lib, args.seqlen)
     return 0
 

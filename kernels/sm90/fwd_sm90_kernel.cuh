@@ -12,6 +12,7 @@
 #include "common/epilogue.cuh"
 #include "common/mask.cuh"
 #include "common/paged_tile.cuh"
+#include "common/phase_trace.cuh"
 #include "common/score_variants.cuh"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
@@ -104,6 +105,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     constexpr bool kCopyEngine = kKv == kKvByCopyEngine, kProducer = kKv == kKvByProducer;
     constexpr bool kScored = kScores != kPlainScores, kBoundedScores = kScores == kBoundedSoftcap;
     constexpr int kPoly = FA2_SM90_BOUNDED_POLY_PERIOD;  // bounded: exp2 off MUFU per n8 tiles
+    // bounded: tanh next to each exponential in tiles without a mask
+    constexpr bool kTanhInside = kBoundedScores && FA2_SM90_BOUNDED_TANH_INSIDE;
     // The producer's copies: a paged cache's by cp.async, a dense batch's by the copy engine
     constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
     // The math warpgroups take turns at issuing their products (FA2_SM90_PINGPONG)
@@ -363,6 +366,14 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                                            float (&alpha)[1][2]) -> bool {
                 [[maybe_unused]] int side = 0;
                 [[maybe_unused]] float bias[1][2];
+                if constexpr (kTanhInside) {
+                    if (!window.block_needs_mask(rows_first, rows_last, key_first,
+                                                 key_first + Tr::kBlockN - 1)) {
+                        softmax.update_bounded<Tr::kNTiles, kPoly, true>(
+                            s, variants.score_log2, variants.tanh_scale);
+                        return false;
+                    }
+                }
                 if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
                     if constexpr (kBoundedScores)
                         apply_softcap(s, variants.tanh_scale);
@@ -426,6 +437,11 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 if constexpr (kPingpong) named_barrier_arrive(3 - math_wg, Tr::kThreads);
             };
 
+            [[maybe_unused]] PhaseTrace trace;
+#if FA2_PHASE_TRACE
+            __shared__ int trace_flag;
+            trace.claim(&trace_flag, tid, tiles, kScores);
+#endif
             cp_async_wait<0>();  // Q
             wait_k(0);
             fence_proxy_async();
@@ -433,6 +449,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 named_barrier_sync(1, Tr::kThreads);  // every math thread's Q rows landed
             else
                 __syncthreads();
+#if FA2_PHASE_TRACE
+            trace.start(&trace_flag, warp, lane);
+#endif
             if (kPingpong && math_wg == 1) named_barrier_arrive(2, Tr::kThreads);
             {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
@@ -455,13 +474,18 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             }
             for (int j = 1; j < tiles; ++j) {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
+                trace.mark(j, kTraceTop);
                 wait_k(j);
+                trace.mark(j, kTraceKReady);
                 take_turn();
+                trace.mark(j, kTraceTurn);
                 issue_s(s, j);
                 issue_pv(j - 1);
                 pass_turn();
+                trace.mark(j, kTraceIssued);
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
+                trace.mark(j, kTraceSReady);
                 if constexpr (kProducer) {
                     mbarrier_arrive(ProducerBars{bars}.k_free(j));  // S read K
                 } else {
@@ -469,8 +493,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     if (j + 1 < tiles) copy_k(j + 1);
                 }
                 const bool rescale = probabilities(s, key_of(j), alpha);
+                trace.mark(j, kTraceSoftmax);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
+                trace.mark(j, kTracePvDone);
                 if (!kBoundedScores && rescale) softmax.rescale(o, alpha);
                 if constexpr (kProducer) {
                     mbarrier_arrive(ProducerBars{bars}.v_free(j - 1));  // P V read V(j - 1)

@@ -136,8 +136,13 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                                     fa2_fwd_sm90_producer_smem_bytes(
                                         Tr::kHeadDim, TrProducer::kBlockM, TrProducer::kBlockN),
                   "the planner's producer shared memory");
-    return launch_one(kernel, grid, threads,
-                      producer ? ProducerLaunch::kSmemBytes : Tr::kSmemBytes, stream, args);
+    const cudaError_t e = launch_one(kernel, grid, threads,
+                                     producer ? ProducerLaunch::kSmemBytes : Tr::kSmemBytes,
+                                     stream, args);
+#if FA2_PHASE_TRACE
+    if (e == cudaSuccess) print_phase_trace<<<1, 1, 0, stream>>>();
+#endif
+    return e;
 }
 
 }  // namespace fa2

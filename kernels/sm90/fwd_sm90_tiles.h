@@ -62,6 +62,15 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 #define FA2_SM90_BOUNDED_POLY_PERIOD 0
 #endif
 
+/* The bounded softcap's tanh: 1 takes each score through tanh next to its exponential
+ * in tiles without a mask (OnlineSoftmax::update_bounded), where 0 takes the whole tile
+ * through tanh first, which ptxas issues as one run of 64 MUFU instructions per warp.
+ * Prepared, not yet run on a GPU (docs/performance.md, "Prepared for the next GPU run:
+ * a phase trace, and tanh next to exp2"). */
+#ifndef FA2_SM90_BOUNDED_TANH_INSIDE
+#define FA2_SM90_BOUNDED_TANH_INSIDE 0
+#endif
+
 /* The paged forward's producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket
  * whose tile has one warpgroup at d = 128, a paged cache runs blocks of one producer
  * warpgroup and FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one

@@ -108,6 +108,13 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
 // per-row float plus the column's constant, one add); neg_lse_log2 and visible as in
 // exp_scores. kSoftcap: the block's variants include softcap (else pg is P and need not
 // be read). kAlibi: the block's variants include ALiBi (else the distance is not formed).
+// FA2_BWD_MASK_OUTSIDE 1 tests `masked` once, outside the element loop, as exp_scores
+// does; 0 tests it per element, where ptxas branches around each element's visibility
+// test even in blocks without a mask. Prepared, not yet run on a GPU
+// (docs/performance.md, "Prepared for the next GPU run: the scored backward's branches").
+#ifndef FA2_BWD_MASK_OUTSIDE
+#define FA2_BWD_MASK_OUTSIDE 0
+#endif
 template <bool kSoftcap, bool kAlibi, int kN, typename NegLseLog2, typename Dist, typename Visible,
           typename PgStore>
 __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore pg,
@@ -115,21 +122,27 @@ __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore p
                                                   NegLseLog2 neg_lse_log2, Dist dist,
                                                   Visible visible)
 {
+    const auto loop = [&](bool mask_elements) {
 #pragma unroll
-    for (int n = 0; n < kN; ++n)
+        for (int n = 0; n < kN; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float y = acc[n][e], slope = 1.f;
-            if constexpr (kSoftcap) {
-                y = tanh_approx(y * v.tanh_scale);
-                slope = 1.f - y * y;
+            for (int e = 0; e < 4; ++e) {
+                float y = acc[n][e], slope = 1.f;
+                if constexpr (kSoftcap) {
+                    y = tanh_approx(y * v.tanh_scale);
+                    slope = 1.f - y * y;
+                }
+                if constexpr (kAlibi) y = fmaf(-v.alibi, fabsf(dist(n, e)), y);
+                float x = exp2_approx(fmaf(y, v.score_log2, neg_lse_log2(n, e)));
+                if (mask_elements && !visible(n, e)) x = 0.f;
+                acc[n][e] = x;
+                pg(n, e, x * slope);
             }
-            if constexpr (kAlibi) y = fmaf(-v.alibi, fabsf(dist(n, e)), y);
-            float x = exp2_approx(fmaf(y, v.score_log2, neg_lse_log2(n, e)));
-            if (masked && !visible(n, e)) x = 0.f;
-            acc[n][e] = x;
-            pg(n, e, x * slope);
-        }
+    };
+    if (FA2_BWD_MASK_OUTSIDE && !masked)
+        loop(false);
+    else
+        loop(masked);
 }
 
 // pg's stores: an fp32 tile, or fp16 pairs (element e of n8 tile n in the e / 2-th

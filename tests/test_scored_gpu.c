@@ -51,6 +51,14 @@ typedef struct variants_t {
                             score of those rows is negative (near -softcap when large) */
 } variants_t;
 
+/* A head's slope for variants_t's alibi kind (1: below 0.3). */
+static float alibi_slope(int alibi, oracle_rng_t *rng)
+{
+    return alibi == 2   ? oracle_rng_uniform(rng, 0.6f, 0.8f)
+           : alibi == 3 ? oracle_rng_uniform(rng, 0.0f, 0.02f)
+                        : oracle_rng_uniform(rng, 0.0f, 0.3f);
+}
+
 /* One dense (batch, sq, sk, hq, hkv, d) problem with the variants, planned for `info`,
  * through fa2_forward_with; prints its line; returns 1 on pass. */
 static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t sk,
@@ -100,9 +108,7 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
                 qv[i] = -qv[i], qb[i] ^= 0x8000u;
     }
     for (int64_t h = 0; h < hq; ++h) {
-        slopes[h] = var.alibi == 2   ? oracle_rng_uniform(&rng, 0.6f, 0.8f)
-                    : var.alibi == 3 ? oracle_rng_uniform(&rng, 0.0f, 0.02f)
-                                     : oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        slopes[h] = alibi_slope(var.alibi, &rng);
         sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
     }
     const oracle_score_t mod = {var.softcap, var.alibi ? slopes : NULL,
@@ -286,8 +292,7 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
         sinks[h] = h == 1   ? -INFINITY
                    : h == 2 ? 80.0f /* the row all sink: P ~ e^-80, dsinks ~ -sum D */
                             : oracle_rng_uniform(&rng, -3.0f, 6.0f);
-        slopes[h] = var.alibi == 2 ? oracle_rng_uniform(&rng, 0.6f, 0.8f)
-                                   : oracle_rng_uniform(&rng, 0.0f, 0.3f);
+        slopes[h] = alibi_slope(var.alibi, &rng);
     }
     void *dq_in = device_buffer(qb, 2 * nq), *dk_in = device_buffer(kb, 2 * nk),
          *dv_in = device_buffer(vb, 2 * nk), *d_do = device_buffer(dob, 2 * nq),

@@ -108,13 +108,10 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
 // per-row float plus the column's constant, one add); neg_lse_log2 and visible as in
 // exp_scores. kSoftcap: the block's variants include softcap (else pg is P and need not
 // be read). kAlibi: the block's variants include ALiBi (else the distance is not formed).
-// FA2_BWD_MASK_OUTSIDE 1 tests `masked` once, outside the element loop, as exp_scores
-// does; 0 tests it per element, where ptxas branches around each element's visibility
-// test even in blocks without a mask. Prepared, not yet run on a GPU
-// (docs/performance.md, "Prepared for the next GPU run: the scored backward's branches").
-#ifndef FA2_BWD_MASK_OUTSIDE
-#define FA2_BWD_MASK_OUTSIDE 0
-#endif
+// `masked` is tested once, outside the element loop, as exp_scores does: tested per
+// element, ptxas branched around each element's visibility test even in blocks without a
+// mask, and the backward's softcap cost 1.13-1.15x plain instead of 1.03-1.06x
+// (docs/performance.md, "The scored backward's branches, measured").
 template <bool kSoftcap, bool kAlibi, int kN, typename NegLseLog2, typename Dist, typename Visible,
           typename PgStore>
 __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore pg,
@@ -139,10 +136,10 @@ __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore p
                 pg(n, e, x * slope);
             }
     };
-    if (FA2_BWD_MASK_OUTSIDE && !masked)
-        loop(false);
+    if (masked)
+        loop(true);
     else
-        loop(masked);
+        loop(false);
 }
 
 // pg's stores: an fp32 tile, or fp16 pairs (element e of n8 tile n in the e / 2-th

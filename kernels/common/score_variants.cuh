@@ -106,10 +106,10 @@ __device__ __forceinline__ void apply_alibi(float (&s)[kMTiles][kNTiles][4],
 }
 
 // The largest |slope| log2(e) (in log2 units per key: alibi times score_log2) for which
-// ALiBi may be split into a column and a row term (alibi_one_side_bias,
-// add_alibi_columns): the column term then adds at most 127 log2 units to a score before
-// the row term takes them off again, so that the scores keep the precision of
-// -slope |dist| formed directly. Slopes are 0.5 and below in ALiBi's schedule.
+// ALiBi may be split into a column and a row term (apply_alibi_one_side): the column term
+// then adds at most 127 log2 units to a score before the row term takes them off again,
+// so that the scores keep the precision of -slope |dist| formed directly. Slopes are 0.5
+// and below in ALiBi's schedule.
 constexpr float kMaxOneSideAlibiLog2 = 1.f;
 
 // Which side of its rows' diagonals (key = row + seqlen_k - seqlen_q) a tile of keys
@@ -127,11 +127,13 @@ __device__ __forceinline__ int alibi_tile_side(const ScoreVariants &v, int64_t d
 }
 
 // ALiBi on a tile with one sign of dist = row + offset - key (side: alibi_tile_side),
-// where -slope |dist| = side slope (column offset) - side slope dist0: the row term goes
-// to bias (dist0 as apply_score_variants forms it), for the softmax
-// (OnlineSoftmax::update_deferred_biased); returns the column term's slope, side slope.
+// where -slope |dist| = side slope (column offset) - side slope dist0: s gets the column
+// term, one FFMA per score with the column offset nt 8 + (e & 1) as a constant; bias
+// the row term (dist0 as apply_score_variants forms it), for the softmax
+// (OnlineSoftmax::update_deferred_biased).
 template <typename Tr>
-__device__ __forceinline__ float alibi_one_side_bias(const ScoreVariants &v, int side, int row0,
+__device__ __forceinline__ void apply_alibi_one_side(float (&s)[Tr::kMTiles][Tr::kNTiles][4],
+                                                     const ScoreVariants &v, int side, int row0,
                                                      int key0, int lane,
                                                      float (&bias)[Tr::kMTiles][2])
 {
@@ -142,21 +144,13 @@ __device__ __forceinline__ float alibi_one_side_bias(const ScoreVariants &v, int
 #pragma unroll
         for (int h = 0; h < 2; ++h)
             bias[mt][h] = -a * (static_cast<float>(row0 + mt * 16 + (lane >> 2) + 8 * h) - key);
-    return a;
-}
-
-// The column term of a one-sided tile (alibi_one_side_bias's return, col_slope) on each
-// score: one FFMA with the column offset nt 8 + (e & 1) as a constant.
-template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void add_alibi_columns(float (&s)[kMTiles][kNTiles][4], float col_slope)
-{
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+    for (int mt = 0; mt < Tr::kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+        for (int nt = 0; nt < Tr::kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                s[mt][nt][e] = fmaf(col_slope, static_cast<float>(nt * 8 + (e & 1)), s[mt][nt][e]);
+                s[mt][nt][e] = fmaf(a, static_cast<float>(nt * 8 + (e & 1)), s[mt][nt][e]);
 }
 
 // The variants on Tr's tile: rows row0 + (mt, lane, e), keys key0 + (nt, lane, e). The

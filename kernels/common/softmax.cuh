@@ -74,7 +74,7 @@ struct OnlineSoftmax {
     }
 
     // update_deferred() for scores s + bias[mt][h], a term the caller left out of this
-    // thread's scores of row (mt, h) (common/score_variants.cuh: alibi_one_side_bias;
+    // thread's scores of row (mt, h) (common/score_variants.cuh: apply_alibi_one_side;
     // the four lanes of a quad may have different ones): the row maxima are of s + bias,
     // each exponent's offset takes bias instead of every score.
     template <int kNTiles>
@@ -107,63 +107,6 @@ struct OnlineSoftmax {
         float (&alpha_out)[kMTiles][2])
     {
         return update_rows_lazy<kNTiles, true>(s, scale_log2, bias, alpha_out);
-    }
-
-    // For a one-sided ALiBi tile whose column term col_slope c (c = nt 8 + e % 2,
-    // common/score_variants.cuh: add_alibi_columns) is not yet in s: whether every row of
-    // the warp keeps its offset (update_deferred_biased_lazy() would return false),
-    // decided from a bound, each lane's raw maximum plus its largest column term. Then
-    // exp_kept_one_sided() adds the column terms in the exponentials' pass, where MUFU
-    // sets the pace, instead of ahead of the maximum; else the caller adds them and runs
-    // update_deferred_biased_lazy(). The same values either way.
-    template <int kNTiles>
-    __device__ __forceinline__ bool keeps_offsets_one_sided(const float (&s)[kMTiles][kNTiles][4],
-                                                            float scale_log2, float col_slope,
-                                                            const float (&bias)[kMTiles][2])
-    {
-        const float col_top = fmaxf(0.f, col_slope * static_cast<float>(8 * (kNTiles - 1) + 1));
-        bool grows = false;
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float m = fmaxf(row_max[mt][h], quad_max(tree_max<kNTiles>(s[mt], h) +
-                                                               bias[mt][h] + col_top));
-                grows |= !((m - row_max[mt][h]) * scale_log2 <= FA2_LAZY_RESCALE_LOG2);
-            }
-        }
-        return !__any_sync(0xffffffffu, grows);
-    }
-
-    // update_deferred_biased_lazy() where keeps_offsets_one_sided() holds, with s + the
-    // column terms for the scores.
-    template <int kNTiles>
-    __device__ __forceinline__ void exp_kept_one_sided(float (&s)[kMTiles][kNTiles][4],
-                                                       float scale_log2, float col_slope,
-                                                       const float (&bias)[kMTiles][2])
-    {
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                // the offset update_rows_lazy keeps when nothing moves
-                const float m = row_max[mt][h];
-                const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
-                const float offset = fmaf(-bias[mt][h], scale_log2, m_scaled);
-                float sum = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        const float y = fmaf(col_slope, static_cast<float>(nt * 8 + (e & 1)),
-                                             s[mt][nt][e]);
-                        s[mt][nt][e] = exp2_approx(fmaf(y, scale_log2, -offset));
-                        sum += s[mt][nt][e];
-                    }
-                }
-                row_sum[mt][h] += sum;
-            }
-        }
     }
 
     // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
@@ -281,22 +224,6 @@ struct OnlineSoftmax {
     }
 
   private:
-    // The largest of row half h's scores in one mma tile, as a tree (depth log2 of the
-    // row's values, not their count).
-    template <int kNTiles>
-    static __device__ __forceinline__ float tree_max(const float (&s)[kNTiles][4], int h)
-    {
-        float t[kNTiles];
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) t[nt] = fmaxf(s[nt][2 * h], s[nt][2 * h + 1]);
-#pragma unroll
-        for (int stride = 1; stride < kNTiles; stride *= 2)
-#pragma unroll
-            for (int i = 0; i + stride < kNTiles; i += 2 * stride)
-                t[i] = fmaxf(t[i], t[i + stride]);
-        return t[0];
-    }
-
     // Row half h of one mma tile's scores s to p = 2^(s scale_log2 - offset) in place;
     // returns this thread's sum of them.
     template <int kNTiles>
@@ -364,8 +291,16 @@ struct OnlineSoftmax {
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float t = tree_max<kNTiles>(s[mt], h);
-                const float local = kBiased ? t + bias[mt][h] : t;
+                float t[kNTiles];
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt)
+                    t[nt] = fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
+#pragma unroll
+                for (int stride = 1; stride < kNTiles; stride *= 2)
+#pragma unroll
+                    for (int i = 0; i + stride < kNTiles; i += 2 * stride)
+                        t[i] = fmaxf(t[i], t[i + stride]);
+                const float local = kBiased ? t[0] + bias[mt][h] : t[0];
                 const float m = fmaxf(row_max[mt][h], quad_max(local));
                 m_new[mt][h] = m;
                 // NaN (-inf to -inf, nothing seen yet) or a first finite max: moves

@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     // Softcapped scores offset by their bound, not a running maximum
     if constexpr (kBoundedScores) softmax.bounded_init();
     // ALiBi on tiles with one sign of the distance: a column term per score, a row term
-    // for the softmax (alibi_one_side_bias); the diagonal key of row r is r + this.
+    // for the softmax (apply_alibi_one_side); the diagonal key of row r is r + this.
     [[maybe_unused]] const int64_t diag_offset = int64_t{seq.seqlen_k} - seq.seqlen_q;
 
     if constexpr (kCopyEngine) {
@@ -379,21 +379,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                         apply_softcap(s, variants.tanh_scale);
                     else if ((side = alibi_tile_side(variants, diag_offset, rows_first,
                                                      rows_last, key_first,
-                                                     key_first + Tr::kBlockN - 1)) != 0) {
-                        const float col_slope = alibi_one_side_bias<Tr>(
-                            variants, side, rows_first + warp * 16, key_first, lane, bias);
-                        if constexpr (kLazyRescale && FA2_SM90_ALIBI_LATE_COLUMNS) {
-                            if (!window.block_needs_mask(rows_first, rows_last, key_first,
-                                                         key_first + Tr::kBlockN - 1) &&
-                                softmax.keeps_offsets_one_sided(s, variants.score_log2,
-                                                                col_slope, bias)) {
-                                softmax.exp_kept_one_sided(s, variants.score_log2, col_slope,
-                                                           bias);
-                                return false;
-                            }
-                        }
-                        add_alibi_columns(s, col_slope);
-                    }
+                                                     key_first + Tr::kBlockN - 1)) != 0)
+                        apply_alibi_one_side<Tr>(s, variants, side, rows_first + warp * 16,
+                                                 key_first, lane, bias);
                     else
                         apply_score_variants<Tr, false>(s, variants, rows_first + warp * 16,
                                                         key_first, lane);

@@ -71,14 +71,6 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 #define FA2_SM90_BOUNDED_TANH_INSIDE 0
 #endif
 
-/* ALiBi's one-sided tiles without a mask in the overlapped loop with lazy rescale: 1 adds
- * the column term in the exponentials' pass and decides the rows' offsets from a bound
- * (OnlineSoftmax::update_one_sided_lazy), 0 adds it to every score ahead of the row
- * maximum. The same values either way. Prepared, not yet run on a GPU. */
-#ifndef FA2_SM90_ALIBI_LATE_COLUMNS
-#define FA2_SM90_ALIBI_LATE_COLUMNS 0
-#endif
-
 /* The paged forward's producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket
  * whose tile has one warpgroup at d = 128, a paged cache runs blocks of one producer
  * warpgroup and FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one

@@ -218,13 +218,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
             const float *lse = stats + buf * 2 * Tr::kBlockM;
             const float *dsum = lse + Tr::kBlockM;
 
-#if FA2_SM90_BWD_EARLY_VARIANTS
-            // The step's variants ahead of its products: the slope's load and the divisions
-            // run while they do.
-            [[maybe_unused]] const ScoreVariants v_early =
-                kScored ? score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k)
-                        : ScoreVariants{};
-#endif
             // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, two groups so that P is computed while dPᵀ runs.
             float st[kN][4], dpt[kN][4];
             wgmma_fence();
@@ -247,12 +240,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                                                      key_first + Tr::kBlockN - 1);
             uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
             if constexpr (kScored) {
-#if FA2_SM90_BWD_EARLY_VARIANTS
-                const ScoreVariants v = v_early;
-#else
                 const ScoreVariants v =
                     score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
-#endif
                 const int key_row = key_first + warp * 16 + (lane >> 2);
                 if (v.tanh_scale != 0.f) {
                     // softcap: P and pg = P (1 - tanh^2) while dPᵀ runs; pg as fp16 pairs

@@ -37,14 +37,6 @@
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128) \
     FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256)
 
-/* 1: the dK/dV kernel forms a step's score variants (the head's slope, a load, and two
- * divisions) before issuing its products instead of after S arrives. Prepared, not yet
- * run on a GPU (docs/performance.md, "Prepared for the next GPU run: the scored
- * backward's branches"). */
-#ifndef FA2_SM90_BWD_EARLY_VARIANTS
-#define FA2_SM90_BWD_EARLY_VARIANTS 0
-#endif
-
 /* 1 when the bucket's row is split (0 when it has none). Split rows compute dQ in the
  * Hopper dQ kernel, without atomics, in both modes. */
 static inline int fa2_bwd_sm90_split(int64_t head_dim_bucket)

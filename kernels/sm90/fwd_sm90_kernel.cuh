@@ -493,6 +493,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     if (j + 1 < tiles) copy_k(j + 1);
                 }
                 const bool rescale = probabilities(s, key_of(j), alpha);
+                // P(j)'s exponentials before the wait for P V(j - 1), not after it
+                // (ptxas hoists the wait to interleave P's packing with them)
+                if constexpr (FA2_SM90_EXP_BEFORE_PV_WAIT)
+                    schedule_fence(p.softmax_scale != p.softmax_scale);
                 trace.mark(j, kTraceSoftmax);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);

@@ -71,6 +71,15 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 #define FA2_SM90_BOUNDED_TANH_INSIDE 0
 #endif
 
+/* The overlapped loop's wait for tile j - 1's P V: 1 keeps it after tile j's
+ * exponentials (kernels/sm90/wgmma.cuh: schedule_fence), so that they overlap that P V;
+ * 0 leaves its place to ptxas, which in the plain and bounded-softcap instances issues it
+ * ahead of all or most of them, to interleave P's packing (which must follow it) with
+ * them. Prepared, not yet run on a GPU. */
+#ifndef FA2_SM90_EXP_BEFORE_PV_WAIT
+#define FA2_SM90_EXP_BEFORE_PV_WAIT 0
+#endif
+
 /* The paged forward's producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket
  * whose tile has one warpgroup at d = 128, a paged cache runs blocks of one producer
  * warpgroup and FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one

@@ -5,8 +5,10 @@
 // kernel that prints the stamps (device printf: the printing stays out of the forward
 // kernel, where a call would make ptxas serialize its wgmma) and re-arms the trace. With
 // 0 every call below is empty and the kernels compile as without it. A stamp is an issue
-// time, and ptxas may move register-only work across it: read the figures next to the
-// SASS.
+// time, and ptxas keeps work on its side of each clock read, so the traced build's
+// schedule can differ from the shipped one (it keeps the wait for P V(j - 1) after the
+// exponentials, where the plain loop's shipped SASS has it ahead of them): read the
+// figures next to the SASS of both.
 #pragma once
 
 #include <stdio.h>

@@ -116,11 +116,9 @@ struct OnlineSoftmax {
     // set row_max to 1 (bounded_init), which finish() and finish_with_sink() read.
     // kPolyPeriod > 0: every kPolyPeriod-th n8 tile's exponentials on the FMA pipe
     // (common/exp2_poly.h), to unload the MUFU unit that softcap's tanh shares.
-    // kTanhInside: s holds raw scores, each taken through tanh(s tanh_scale) next to its
-    // exponential (tiles without a mask), so that tanh and exp2 alternate on MUFU.
-    template <int kNTiles, int kPolyPeriod = 0, bool kTanhInside = false>
+    template <int kNTiles, int kPolyPeriod = 0>
     __device__ __forceinline__ void update_bounded(float (&s)[kMTiles][kNTiles][4],
-                                                   float scale_log2, float tanh_scale = 0.f)
+                                                   float scale_log2)
     {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
@@ -131,9 +129,7 @@ struct OnlineSoftmax {
                 for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        const float y =
-                            kTanhInside ? tanh_approx(s[mt][nt][e] * tanh_scale) : s[mt][nt][e];
-                        const float x = fmaf(y, scale_log2, -scale_log2);
+                        const float x = fmaf(s[mt][nt][e], scale_log2, -scale_log2);
                         s[mt][nt][e] = poly_exp2_tile<kPolyPeriod>(nt) ? fa2_exp2_poly(x)
                                                                        : exp2_approx(x);
                         sum += s[mt][nt][e];

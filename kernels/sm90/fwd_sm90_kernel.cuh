@@ -105,8 +105,6 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     constexpr bool kCopyEngine = kKv == kKvByCopyEngine, kProducer = kKv == kKvByProducer;
     constexpr bool kScored = kScores != kPlainScores, kBoundedScores = kScores == kBoundedSoftcap;
     constexpr int kPoly = FA2_SM90_BOUNDED_POLY_PERIOD;  // bounded: exp2 off MUFU per n8 tiles
-    // bounded: tanh next to each exponential in tiles without a mask
-    constexpr bool kTanhInside = kBoundedScores && FA2_SM90_BOUNDED_TANH_INSIDE;
     // The producer's copies: a paged cache's by cp.async, a dense batch's by the copy engine
     constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
     // The math warpgroups take turns at issuing their products (FA2_SM90_PINGPONG)
@@ -366,14 +364,6 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                                            float (&alpha)[1][2]) -> bool {
                 [[maybe_unused]] int side = 0;
                 [[maybe_unused]] float bias[1][2];
-                if constexpr (kTanhInside) {
-                    if (!window.block_needs_mask(rows_first, rows_last, key_first,
-                                                 key_first + Tr::kBlockN - 1)) {
-                        softmax.update_bounded<Tr::kNTiles, kPoly, true>(
-                            s, variants.score_log2, variants.tanh_scale);
-                        return false;
-                    }
-                }
                 if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
                     if constexpr (kBoundedScores)
                         apply_softcap(s, variants.tanh_scale);
@@ -493,10 +483,6 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     if (j + 1 < tiles) copy_k(j + 1);
                 }
                 const bool rescale = probabilities(s, key_of(j), alpha);
-                // P(j)'s exponentials before the wait for P V(j - 1), not after it
-                // (ptxas hoists the wait to interleave P's packing with them)
-                if constexpr (FA2_SM90_EXP_BEFORE_PV_WAIT)
-                    schedule_fence(p.softmax_scale != p.softmax_scale);
                 trace.mark(j, kTraceSoftmax);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);

@@ -62,26 +62,6 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 #define FA2_SM90_BOUNDED_POLY_PERIOD 0
 #endif
 
-/* The bounded softcap's tanh: 1 takes each score through tanh next to its exponential
- * in tiles without a mask (OnlineSoftmax::update_bounded), where 0 takes the whole tile
- * through tanh first, which ptxas issues as one run of 64 MUFU instructions per warp.
- * On the H200 1 ran 0-3 % faster, within noise, so it stays 0 (docs/performance.md,
- * "The scored backward's branches, measured"). */
-#ifndef FA2_SM90_BOUNDED_TANH_INSIDE
-#define FA2_SM90_BOUNDED_TANH_INSIDE 0
-#endif
-
-/* The overlapped loop's wait for tile j - 1's P V: 1 keeps it after tile j's
- * exponentials (kernels/sm90/wgmma.cuh: schedule_fence), so that they overlap that P V;
- * 0 leaves its place to ptxas, which in the plain and bounded-softcap instances issues it
- * ahead of all or most of them, to interleave P's packing (which must follow it) with
- * them. On the H200 1 ran the plain forward 0.96-1.21x (means 1.003 and 1.034 in two
- * runs, no shape faster in both), so it stays 0 (docs/performance.md, "The scored
- * backward's branches, measured"). */
-#ifndef FA2_SM90_EXP_BEFORE_PV_WAIT
-#define FA2_SM90_EXP_BEFORE_PV_WAIT 0
-#endif
-
 /* The paged forward's producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket
  * whose tile has one warpgroup at d = 128, a paged cache runs blocks of one producer
  * warpgroup and FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one

@@ -95,19 +95,6 @@ __device__ __forceinline__ void reg_fence(float (&d)[kN][4])
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
-// A point ptxas keeps register-only work on its side of: a clock read, whose value is
-// stored only where never_true holds (a condition the compiler cannot prove false). Its
-// use: a wgmma wait after register work that does not depend on it, which ptxas would
-// otherwise issue first (it hoists the wait to interleave what follows the wait with
-// that work). Costs a clock read, a compare and a predicated store.
-static __device__ unsigned g_schedule_fence_sink;
-__device__ __forceinline__ void schedule_fence(bool never_true)
-{
-    unsigned clock;
-    asm volatile("mov.u32 %0, %%clock;" : "=r"(clock));
-    if (never_true) g_schedule_fence_sink = clock;
-}
-
 // desc_mn_major(tile, kk, panel0) - desc_mn_major(tile, 0, panel0), the same way.
 __device__ __forceinline__ constexpr uint64_t mn_major_step(int kk)
 {

@@ -8,7 +8,8 @@
  * first, so an unwritten element fails. Then the backward with each variant and all
  * three (dQ, dK, dV, dsinks) against oracle_backward_scored, both families and modes.
  * Softcaps at and around the largest one the Hopper forward offsets by the scores' bound
- * (test_scored_bounded_softcap). The decode kernel's variants are in test_decode_gpu,
+ * (test_scored_bounded_softcap), and saturated tiles next to unbent ones
+ * (test_scored_softcap_saturated_tiles). The decode kernel's variants are in test_decode_gpu,
  * packed and paged batches with them in test_varlen_gpu.
  *
  * FA2_TEST_SEED=<seed> replays a run, FA2_TEST_CASE=<n> runs case n alone. Without a
@@ -47,9 +48,16 @@ typedef struct variants_t {
                             3: in [0, 0.02), so that tiles far from the diagonal (split
                             there) weigh in every row */
     float softmax_scale; /* 0: 1 / sqrt(head_dim) */
-    int low_rows;        /* 1: K's elements >= 0 and Q's even rows <= 0, so that every
-                            score of those rows is negative (near -softcap when large) */
+    int values;          /* Q and K uniform in [-1, 1], then kLowRows or kHotTiles */
 } variants_t;
+
+enum {
+    kLowRows = 1, /* K's elements >= 0 and Q's even rows <= 0, so that every score of those
+                     rows is negative (near -softcap when large) */
+    kHotTiles = 2 /* Q's rows in odd 16-row groups and K's keys in odd 128-key groups times
+                     16 (exact), so that only where both meet do logits pass +-softcap:
+                     warp tiles of saturated scores next to tiles of unbent ones */
+};
 
 /* A head's slope for variants_t's alibi kind (1: below 0.3). */
 static float alibi_slope(int alibi, oracle_rng_t *rng)
@@ -99,13 +107,21 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
     fill_rounded(qv, qb, nq, &rng, dt);
     fill_rounded(kv, kb, nk, &rng, dt);
     fill_rounded(vv, vb, nk, &rng, dt);
-    if (var.low_rows) { /* negating a value is exact: bits follow with the sign bit */
+    if (var.values == kLowRows) { /* negating a value is exact: bits follow with the sign bit */
         for (int64_t i = 0; i < nk; ++i)
             if (kv[i] < 0.0f)
                 kv[i] = -kv[i], kb[i] ^= 0x8000u;
         for (int64_t i = 0; i < nq; ++i)
             if ((i / (hq * d)) % sq % 2 == 0 && qv[i] > 0.0f)
                 qv[i] = -qv[i], qb[i] ^= 0x8000u;
+    }
+    if (var.values == kHotTiles) { /* times 16: the exponent field + 4, bits as oracle_bits_from_float */
+        for (int64_t i = 0; i < nq; ++i)
+            if ((i / (hq * d)) % sq / 16 % 2 == 1)
+                qv[i] *= 16.0f, qb[i] = oracle_bits_from_float(qv[i], dt);
+        for (int64_t i = 0; i < nk; ++i)
+            if ((i / (hkv * d)) % sk / 128 % 2 == 1)
+                kv[i] *= 16.0f, kb[i] = oracle_bits_from_float(kv[i], dt);
     }
     for (int64_t h = 0; h < hq; ++h) {
         slopes[h] = alibi_slope(var.alibi, &rng);
@@ -232,7 +248,31 @@ static void test_scored_bounded_softcap(void **state)
                         failed += !run_dense(index, fp16 ? FP16 : BF16, 2, 200, 333, 4, 2,
                                              dims[di], (int)((si + di) % 2), -1,
                                              (variants_t){caps[ci], 0, (int)((ci + si) % 2),
-                                                          scales[si], 1},
+                                                          scales[si], kLowRows},
+                                             &g_info);
+    assert_int_equal(failed, 0);
+}
+
+/* Softcap with saturated and unbent tiles in one problem (variants_t.values = kHotTiles):
+ * warp tiles whose logits all lie within +-cap next to tiles with logits far beyond it, at
+ * Grok's cap and the largest bounded one (bf16: offset by the bound; fp16: a running
+ * maximum) and at Gemma 2's 50 (a running maximum), every Hopper head dim, causal and
+ * not, with and without sinks. */
+static void test_scored_softcap_saturated_tiles(void **state)
+{
+    (void)state;
+    static const float caps[] = {30.0f, FA2_MAX_BOUNDED_SOFTCAP, 50.0f};
+    static const int64_t dims[] = {64, 128, 256};
+    long index = 800, failed = 0;
+    for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+            for (int causal = 0; causal < 2; ++causal)
+                for (int fp16 = 0; fp16 < 2; ++fp16, ++index)
+                    if (g_only < 0 || g_only == index)
+                        failed += !run_dense(index, fp16 ? FP16 : BF16, 2, 300,
+                                             causal ? 300 : 700, 4, 2, dims[di], causal, -1,
+                                             (variants_t){caps[ci], 0, (int)((ci + di) % 2),
+                                                          0.0f, kHotTiles},
                                              &g_info);
     assert_int_equal(failed, 0);
 }
@@ -460,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_scored_dense),
         cmocka_unit_test(test_scored_limits),
         cmocka_unit_test(test_scored_bounded_softcap),
+        cmocka_unit_test(test_scored_softcap_saturated_tiles),
         cmocka_unit_test(test_scored_backward),
         cmocka_unit_test(test_scored_backward_limits),
     };

@@ -8,7 +8,7 @@ The kernels come in that order: plain, softcap, ALiBi. `--summary ncu.csv` print
 kernel, its time, each pipe's and the issue slots' use, and its largest warp stalls.
 Against a library built with FA2_PHASE_TRACE 1 (kernels/common/phase_trace.cuh) each
 forward prints its traced block's stamps; `--trace LOG` sums them up per kernel and math
-warpgroup: median clocks per tile and of each phase."""
+warpgroup: median clocks per tile and of each phase, and what runs beside each softmax phase."""
 import argparse
 import csv
 import os
@@ -114,7 +114,35 @@ def trace_summary(path):
             print(f"trace {SCORE_KINDS.get(kind, kind)} (block of {tiles} tiles) warpgroup {wg}: "
                   f"period {med(period):.0f} clocks; " +
                   ", ".join(f"{n} {med(v):.0f}" for n, v in gaps.items()))
+        overlaps(run)
     return 0
+
+
+def overlaps(run):
+    """What runs beside each warpgroup's softmax phase: the clocks of it (median over the
+    traced tiles) during which the other warpgroup issues its products (its turn taken to
+    both issued) or is in its own softmax phase, and the clocks it runs alone. The stamps'
+    tops share one origin, the phases are offsets from their tile's top."""
+    if len(run) != 2:
+        return
+
+    def spans(rows, start, end):
+        return [(r[2] + r[start], r[2] + r[end]) for r in rows]
+
+    def beside(a, others):
+        return sum(max(0, min(a[1], b[1]) - max(a[0], b[0])) for b in others)
+
+    med = statistics.median
+    wgs = sorted(run)
+    for wg in wgs:
+        other = run[wgs[1] if wg == wgs[0] else wgs[0]]
+        issue, softmax = spans(other, 4, 5), spans(other, 6, 7)
+        mine = spans(run[wg], 6, 7)
+        by_issue = [beside(a, issue) for a in mine]
+        by_softmax = [beside(a, softmax) for a in mine]
+        alone = [a[1] - a[0] - i - m for a, i, m in zip(mine, by_issue, by_softmax)]
+        print(f"trace   warpgroup {wg}'s softmax beside the other's issue {med(by_issue):.0f}, "
+              f"beside its softmax {med(by_softmax):.0f}, alone {med(alone):.0f} clocks")
 
 
 def main():

@@ -9,8 +9,8 @@
  * three (dQ, dK, dV, dsinks) against oracle_backward_scored, both families and modes.
  * Softcaps at and around the largest one the Hopper forward offsets by the scores' bound
  * (test_scored_bounded_softcap), and saturated tiles next to unbent ones
- * (test_scored_softcap_saturated_tiles). The decode kernel's variants are in test_decode_gpu,
- * packed and paged batches with them in test_varlen_gpu.
+ * (test_scored_softcap_saturated_tiles). The decode kernel's variants are in
+ * test_decode_gpu, packed and paged batches with them in test_varlen_gpu.
  *
  * FA2_TEST_SEED=<seed> replays a run, FA2_TEST_CASE=<n> runs case n alone. Without a
  * CUDA device: exit 77 (skipped). */
@@ -115,7 +115,7 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
             if ((i / (hq * d)) % sq % 2 == 0 && qv[i] > 0.0f)
                 qv[i] = -qv[i], qb[i] ^= 0x8000u;
     }
-    if (var.values == kHotTiles) { /* times 16: the exponent field + 4, bits as oracle_bits_from_float */
+    if (var.values == kHotTiles) { /* times 16, a power of two: exact */
         for (int64_t i = 0; i < nq; ++i)
             if ((i / (hq * d)) % sq / 16 % 2 == 1)
                 qv[i] *= 16.0f, qb[i] = oracle_bits_from_float(qv[i], dt);

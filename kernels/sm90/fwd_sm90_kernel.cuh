@@ -109,6 +109,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
     // The math warpgroups take turns at issuing their products (FA2_SM90_PINGPONG)
     constexpr bool kPingpong = kProducer && FA2_SM90_PINGPONG;
+    // ...and the bounded softcap's passes the turn once its tanh is applied, the others'
+    // once both products are issued (FA2_SM90_BOUNDED_LATE_TURN)
+    constexpr bool kLateTurn = kPingpong && kBoundedScores && FA2_SM90_BOUNDED_LATE_TURN;
     // The overlapped loop skips O's rescale while its rows keep their offsets
     // (FA2_SM90_LAZY_RESCALE: 1 in the scored instances, 2 in the plain ones too)
     constexpr bool kLazyRescale = FA2_SM90_LAZY_RESCALE >= (kScored ? 1 : 2);
@@ -357,11 +360,23 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                                          k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
                 wgmma_commit();
             };
+            // Pingpong: warpgroup w issues its products on its turn (barrier 2 + w), then
+            // hands the turn to the other (kLateTurn: later); warpgroup 1 hands warpgroup 0
+            // the first.
+            [[maybe_unused]] const int math_wg = warp / 4;
+            const auto take_turn = [&] {
+                if constexpr (kPingpong) named_barrier_sync(2 + math_wg, Tr::kThreads);
+            };
+            const auto pass_turn = [&] {
+                if constexpr (kPingpong) named_barrier_arrive(3 - math_wg, Tr::kThreads);
+            };
+
             // P of tile j in s (fp32); O's rescale factors to alpha, applied once the
             // previous tile's P V is done, where the return is true (kLazyRescale: false
             // while every row of the warp keeps its offset).
+            // late_turn: pass the turn once the variants and the mask are applied.
             const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
-                                           float (&alpha)[1][2]) -> bool {
+                                           float (&alpha)[1][2], bool late_turn) -> bool {
                 [[maybe_unused]] int side = 0;
                 [[maybe_unused]] float bias[1][2];
                 if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
@@ -379,6 +394,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 if (window.block_needs_mask(rows_first, rows_last, key_first,
                                             key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);
+                if (kLateTurn && late_turn) pass_turn();
                 const float scale_log2 = kScored ? variants.score_log2 : p.scale_log2;
                 if constexpr (kBoundedScores) {  // O keeps its scale
                     softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2);
@@ -417,16 +433,6 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 wgmma_commit();
             };
 
-            // Pingpong: warpgroup w issues its products on its turn (barrier 2 + w), then
-            // hands the turn to the other; warpgroup 1 hands warpgroup 0 the first.
-            [[maybe_unused]] const int math_wg = warp / 4;
-            const auto take_turn = [&] {
-                if constexpr (kPingpong) named_barrier_sync(2 + math_wg, Tr::kThreads);
-            };
-            const auto pass_turn = [&] {
-                if constexpr (kPingpong) named_barrier_arrive(3 - math_wg, Tr::kThreads);
-            };
-
             [[maybe_unused]] PhaseTrace trace;
 #if FA2_PHASE_TRACE
             __shared__ int trace_flag;
@@ -457,7 +463,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     if (tiles > 1) copy_k(1);
                     fetch_pages(2);
                 }
-                (void)probabilities(s, key_of(0), alpha);  // O is 0: no rescale
+                (void)probabilities(s, key_of(0), alpha, false);  // O is 0: no rescale
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
                     a_fragment<Elem>(pa[kk], s[0], kk);
@@ -471,7 +477,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 trace.mark(j, kTraceTurn);
                 issue_s(s, j);
                 issue_pv(j - 1);
-                pass_turn();
+                if constexpr (!kLateTurn) pass_turn();
                 trace.mark(j, kTraceIssued);
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
@@ -482,7 +488,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     __syncthreads();  // every warp's S read K
                     if (j + 1 < tiles) copy_k(j + 1);
                 }
-                const bool rescale = probabilities(s, key_of(j), alpha);
+                const bool rescale = probabilities(s, key_of(j), alpha, true);
                 trace.mark(j, kTraceSoftmax);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);

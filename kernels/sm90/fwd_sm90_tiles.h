@@ -103,6 +103,16 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
 #define FA2_SM90_PINGPONG 1
 #endif
 
+/* Pingpong in the bounded softcap instance: a math warpgroup passes the turn to the
+ * other once its tanh is applied (1) instead of once its two products are issued (0), so
+ * that the two warpgroups' softmax phases, which share the special-function unit, overlap
+ * less. On the H200 (d = 128 bf16, 8k causal) softcap 30 ran 2-3 % faster with it; the
+ * same late turn in the plain and general instances gained nothing (ALiBi lost 2 %), so
+ * they keep the early one (docs/performance.md, "Where a warpgroup passes the turn"). */
+#ifndef FA2_SM90_BOUNDED_LATE_TURN
+#define FA2_SM90_BOUNDED_LATE_TURN 1
+#endif
+
 /* The overlapped loop's lazy rescale (common/softmax.cuh: update_deferred_lazy): a row
  * keeps its exponent's offset while its maximum grows by at most FA2_LAZY_RESCALE_LOG2,
  * and a warp whose rows all keep theirs skips O's rescale. 1: in the instances with

@@ -247,7 +247,7 @@ typedef struct fa2_problem_t {
  * page page_table[b * pages_per_seq + j / page_size]. seqused_k gives each sequence's key
  * count (cu_seqlens_k is not read). Pages may be shared between sequences and come in any
  * order; any page size runs. On the Hopper kernels at head_dim 97..128 with softcap off,
- * or bf16 with a softcap of at most 33 and no ALiBi, a warpgroup of each block copies the
+ * or bf16 with a softcap of at most 50 and no ALiBi, a warpgroup of each block copies the
  * pages (plan->block_m 128): at head_dim 128 every page size ran at 0.96-1.01x the speed
  * of contiguous K/V (docs/performance.md). Other
  * Hopper cases are fastest with page_size 32, 64 or a multiple of 128 at head_dim <= 128,

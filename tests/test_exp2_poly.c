@@ -73,13 +73,17 @@ static void test_every_unit_interval(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* The bounded softcap's exponents (y - 1) cap log2(e) for y in [-1, 1] at the largest
- * bounded cap: 2^0 = 1 to 2^-95.3, all normal, none flushed. */
+/* The bounded softcap's exponents (y - offset) cap log2(e) for y in [-1, 1] at the
+ * largest bounded cap: 2^49 down to 2^-95.25, all normal, none flushed. */
 static void test_bounded_softcap_extremes(void **state)
 {
     (void)state;
-    assert_true(fabs(fa2_exp2_poly(0.0f) - 1.0) <= MAX_REL_ERR);
-    const float lowest = -2.0f * FA2_MAX_BOUNDED_SOFTCAP * 1.44269504f;
+    const float cap_log2 = FA2_MAX_BOUNDED_SOFTCAP * 1.44269504f;
+    const float highest = (1.0f - fa2_bounded_softcap_offset(FA2_MAX_BOUNDED_SOFTCAP)) * cap_log2;
+    const float top = fa2_exp2_poly(highest);
+    printf("2^%.6g = %.6g (exp2: %.6g)\n", (double)highest, (double)top, exp2((double)highest));
+    assert_true(fabs(top - exp2((double)highest)) <= MAX_REL_ERR * exp2((double)highest));
+    const float lowest = (-1.0f - fa2_bounded_softcap_offset(FA2_MAX_BOUNDED_SOFTCAP)) * cap_log2;
     const float y = fa2_exp2_poly(lowest);
     printf("2^%.6g = %.6g (exp2: %.6g)\n", (double)lowest, (double)y, exp2((double)lowest));
     assert_true(y > 0.0f && fabs(y - exp2((double)lowest)) <= MAX_REL_ERR * exp2((double)lowest));

@@ -915,7 +915,8 @@ static void test_paged_producer_tile(void **state)
         {FA2_DTYPE_BF16, 16, 128, 0.0f, 0, 1},  {FA2_DTYPE_BF16, 64, 128, 0.0f, 0, 1},
         {FA2_DTYPE_FP16, 128, 128, 0.0f, 1, 1}, {FA2_DTYPE_BF16, 17, 128, 30.0f, 0, 1},
         {FA2_DTYPE_BF16, 16, 128, FA2_MAX_BOUNDED_SOFTCAP, 0, 1},
-        {FA2_DTYPE_BF16, 16, 128, 50.0f, 0, 0}, {FA2_DTYPE_FP16, 16, 128, 30.0f, 0, 0},
+        {FA2_DTYPE_BF16, 16, 128, FA2_MAX_BOUNDED_SOFTCAP + 0.5f, 0, 0},
+        {FA2_DTYPE_FP16, 16, 128, 30.0f, 0, 0},
         {FA2_DTYPE_BF16, 64, 128, 30.0f, 1, 0}, {FA2_DTYPE_BF16, 16, 64, 0.0f, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {

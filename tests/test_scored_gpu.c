@@ -226,17 +226,19 @@ static void test_scored_limits(void **state)
     assert_int_equal(failed, 0);
 }
 
-/* The largest softcap at which the Hopper forward offsets bf16 scores by their bound
+/* The largest softcap at which the Hopper forward offsets bf16 scores by a fixed offset
  * (FA2_MAX_BOUNDED_SOFTCAP; kernels/common/params.h), just above it (a running maximum
- * again) and a small one, in bf16 and fp16 (a running maximum: its P has too few
- * exponent bits), each over rows whose every score is negative: with a softmax
- * scale of 8 (every score of those rows near -softcap: probabilities of 2^-95 against the
- * bound, which must stay exact) and the default; with and without sinks; every head dim of
- * the Hopper kernels (d = 128 the overlapped loop, 64 and 256 the one-tile loop). */
+ * again), the largest offset by the bound 1 (33) and a small one, in bf16 and fp16 (a
+ * running maximum: its P has too few exponent bits), each over rows whose every score is
+ * negative: with a softmax scale of 8 (every score of those rows near -softcap:
+ * probabilities of 2^-95 against the offset, which must stay exact) and the default; with
+ * and without sinks; every head dim of the Hopper kernels (d = 128 the overlapped loop,
+ * 64 and 256 the one-tile loop). */
 static void test_scored_bounded_softcap(void **state)
 {
     (void)state;
-    static const float caps[] = {FA2_MAX_BOUNDED_SOFTCAP, 33.5f, 0.25f};
+    static const float caps[] = {FA2_MAX_BOUNDED_SOFTCAP, FA2_MAX_BOUNDED_SOFTCAP + 0.5f, 33.0f,
+                                 0.25f};
     static const float scales[] = {8.0f, 0.0f};
     static const int64_t dims[] = {64, 128, 256};
     long index = 550, failed = 0;
@@ -254,14 +256,16 @@ static void test_scored_bounded_softcap(void **state)
 }
 
 /* Softcap with saturated and unbent tiles in one problem (variants_t.values = kHotTiles):
- * warp tiles whose logits all lie within +-cap next to tiles with logits far beyond it, at
- * Grok's cap and the largest bounded one (bf16: offset by the bound; fp16: a running
- * maximum) and at Gemma 2's 50 (a running maximum), every Hopper head dim, causal and
- * not, with and without sinks. */
+ * warp tiles whose logits all lie within +-cap next to tiles with logits far beyond it
+ * (probabilities up to 2^49 against the offset at 50), at Grok's cap, the largest offset
+ * by the bound 1 (33), Gemma 2's 50 (the largest bounded one; bf16: a fixed offset;
+ * fp16: a running maximum) and just above it (a running maximum), every Hopper head dim,
+ * causal and not, with and without sinks. */
 static void test_scored_softcap_saturated_tiles(void **state)
 {
     (void)state;
-    static const float caps[] = {30.0f, FA2_MAX_BOUNDED_SOFTCAP, 50.0f};
+    static const float caps[] = {30.0f, 33.0f, FA2_MAX_BOUNDED_SOFTCAP,
+                                 FA2_MAX_BOUNDED_SOFTCAP + 0.5f};
     static const int64_t dims[] = {64, 128, 256};
     long index = 800, failed = 0;
     for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ++ci)

@@ -207,7 +207,8 @@ static void test_tiled_matches_oracle(void **state)
 /* The score variants (softcap, ALiBi, sinks; each alone and all together) with the keys
  * whole and in 3 splits, against the oracle's: the tile loop's softcap and ALiBi, and
  * the sink added once, in the merge of the splits. Then softcaps around the largest one
- * offset by the scores' bound (FA2_MAX_BOUNDED_SOFTCAP). */
+ * offset by a fixed offset (FA2_MAX_BOUNDED_SOFTCAP) and the largest offset by the
+ * bound itself (33). */
 static void test_tiled_scored(void **state)
 {
     (void)state;
@@ -235,10 +236,10 @@ static void test_tiled_scored(void **state)
                 if (g_only < 0 || index == g_only)
                     failed += !run_case(index, shapes[si], &mods[mi], splits), ++run;
 
-    /* The softcap at which rows stop being offset by the running max (the bound), with
-     * and without sinks, and just above it: over rows whose every score is near -cap
-     * (scale 8; their probabilities about exp(-2 cap) against the bound) and ordinary
-     * ones. */
+    /* The softcap at which rows stop being offset by a fixed offset, with and without
+     * sinks, just above it, and the largest offset by the bound 1: over rows whose every
+     * score is near -cap (scale 8; their probabilities about 2^-95 against the offset)
+     * and ordinary ones. */
     const sweep_case_t low[] = {
         {1, 64, 300, 4, 2, 128, 1, -1, -1, 8.0f, 64, 128, 1},
         {2, 33, 200, 2, 1, 64, 0, -1, -1, 8.0f, 64, 128, 1},
@@ -246,7 +247,8 @@ static void test_tiled_scored(void **state)
     };
     const oracle_score_t bounds[] = {{FA2_MAX_BOUNDED_SOFTCAP, NULL, NULL},
                                      {FA2_MAX_BOUNDED_SOFTCAP, NULL, sinks},
-                                     {FA2_MAX_BOUNDED_SOFTCAP + 0.5, NULL, sinks}};
+                                     {FA2_MAX_BOUNDED_SOFTCAP + 0.5, NULL, sinks},
+                                     {33.0, NULL, sinks}};
     for (size_t si = 0; si < sizeof low / sizeof low[0]; ++si)
         for (size_t mi = 0; mi < sizeof bounds / sizeof bounds[0]; ++mi, ++index)
             if (g_only < 0 || index == g_only)

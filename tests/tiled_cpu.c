@@ -114,13 +114,14 @@ static void query_block(const fa2_problem_t *p, const oracle_score_t *mod, int64
     const float *vb = v + b * p->v_batch_stride + hk * p->v_head_stride;
 
     /* A softcap of at most FA2_MAX_BOUNDED_SOFTCAP without ALiBi bounds every score by
-     * the cap: as the Hopper forward does for bf16, take that bound as every row's
-     * offset instead of a running max (nothing rescaled; each exp(s - cap) at least
-     * exp(-2 cap), a normal float). */
+     * the cap: as the Hopper forward does for bf16, take a fixed offset (the cap, or less
+     * above 33: fa2_bounded_softcap_offset) as every row's instead of a running max
+     * (nothing rescaled; each exp(s - offset) in [2^-95.25, 2^49]). */
     const int bounded = p->dtype == FA2_DTYPE_BF16 && mod && mod->softcap > 0.0 &&
                         mod->softcap <= (double)FA2_MAX_BOUNDED_SOFTCAP && !mod->alibi_slopes;
     for (int64_t r = 0; r < rows; ++r) {
-        t->m[r] = bounded ? (float)mod->softcap : -INFINITY;
+        t->m[r] = bounded ? fa2_bounded_softcap_offset((float)mod->softcap) * (float)mod->softcap
+                          : -INFINITY;
         t->l[r] = 0.0f;
         for (int64_t c = 0; c < d; ++c)
             t->acc[r * d + c] = 0.0f;

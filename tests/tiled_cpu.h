@@ -28,8 +28,9 @@ int tiled_cpu_forward(const fa2_problem_t *p, int64_t block_m, int64_t block_n,
  * and merged (a split decode's partials and combine). Softcap and ALiBi apply to each
  * score as it is made; the sink joins each row's denominator once, in the merge (with
  * splits = 1 too), not in the tile loop. A softcap of at most FA2_MAX_BOUNDED_SOFTCAP
- * (kernels/common/params.h) without ALiBi offsets each row by the cap, not its running
- * max, as the Hopper forward does. */
+ * (kernels/common/params.h) without ALiBi offsets each row by a fixed offset
+ * (fa2_bounded_softcap_offset times the cap), not its running max, as the Hopper
+ * forward does. */
 int tiled_cpu_forward_scored(const fa2_problem_t *p, const oracle_score_t *mod,
                              int64_t block_m, int64_t block_n, int64_t splits, const float *q,
                              const float *k, const float *v, float *o, float *lse);

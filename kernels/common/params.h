@@ -6,15 +6,32 @@
 #include <stdint.h>
 
 #include "fa2.h"
+#include "common/fast_div.h" /* FA2_HOST_DEVICE */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The largest softcap at which the Hopper forward offsets softcapped bf16 scores by
- * their bound instead of a running maximum (kernels/common/score_variants.cuh; which
- * calls: kernels/sm90/fwd_sm90_tiles.h); the GPU tests run it at this value. */
-#define FA2_MAX_BOUNDED_SOFTCAP 33.0f
+/* The largest softcap at which the Hopper forward offsets softcapped bf16 scores by a
+ * fixed offset (fa2_bounded_softcap_offset) instead of a running maximum
+ * (kernels/common/score_variants.cuh; which calls: kernels/sm90/fwd_sm90_tiles.h); the
+ * GPU tests run it at this value. */
+#define FA2_MAX_BOUNDED_SOFTCAP 50.0f
+
+/* The smallest probability of a bounded softcap's score, 2^-FA2_BOUNDED_SOFTCAP_LOW_LOG2
+ * (the score at -cap; 2 x 33 log2(e)): a normal float with 30 bits to spare for p v. */
+#define FA2_BOUNDED_SOFTCAP_LOW_LOG2 95.25f
+
+/* The bounded softcap's offset in score units (a softcapped score y lies in [-1, 1]; p =
+ * 2^((y - offset) cap log2(e))): the bound 1 up to a cap of 33, then lower so that p at
+ * y = -1 stays 2^-FA2_BOUNDED_SOFTCAP_LOW_LOG2. The largest p is then 2^((1 - offset)
+ * cap log2(e)), 2^49 at FA2_MAX_BOUNDED_SOFTCAP: fp32 sums and O and bf16 P hold it for
+ * |V| below 2^(79 - log2 seqlen_k). */
+static inline FA2_HOST_DEVICE float fa2_bounded_softcap_offset(float softcap)
+{
+    const float offset = FA2_BOUNDED_SOFTCAP_LOW_LOG2 / (softcap * 1.44269504f) - 1.0f;
+    return offset < 1.0f ? offset : 1.0f;
+}
 
 /* constexpr where C++ reads the Hopper tile headers' formulas, so that the kernels'
  * traits can check their shared-memory sizes against the planner's. */

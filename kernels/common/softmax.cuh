@@ -110,15 +110,17 @@ struct OnlineSoftmax {
     }
 
     // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
-    // sm90/fwd_sm90_tiles.h: fa2_sm90_softcap_bounds_scores): the exponent's offset is the
-    // bound instead of the running maximum, so no maximum is formed (no wait for the
-    // tile's scores before the first exponential) and O is never rescaled. The caller
-    // set row_max to 1 (bounded_init), which finish() and finish_with_sink() read.
+    // sm90/fwd_sm90_tiles.h: fa2_sm90_softcap_bounds_scores): the exponent's offset is a
+    // fixed one (fa2_bounded_softcap_offset: the bound, or lower at large caps) instead of
+    // the running maximum, so no maximum is formed (no wait for the tile's scores before
+    // the first exponential) and O is never rescaled. The caller set row_max to that
+    // offset (bounded_init), which finish() and finish_with_sink() read; offset_log2 is
+    // bounded_offset_log2(scale_log2).
     // kPolyPeriod > 0: every kPolyPeriod-th n8 tile's exponentials on the FMA pipe
     // (common/exp2_poly.h), to unload the MUFU unit that softcap's tanh shares.
     template <int kNTiles, int kPolyPeriod = 0>
     __device__ __forceinline__ void update_bounded(float (&s)[kMTiles][kNTiles][4],
-                                                   float scale_log2)
+                                                   float scale_log2, float offset_log2)
     {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
@@ -129,7 +131,7 @@ struct OnlineSoftmax {
                 for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        const float x = fmaf(s[mt][nt][e], scale_log2, -scale_log2);
+                        const float x = fmaf(s[mt][nt][e], scale_log2, -offset_log2);
                         s[mt][nt][e] = poly_exp2_tile<kPolyPeriod>(nt) ? fa2_exp2_poly(x)
                                                                        : exp2_approx(x);
                         sum += s[mt][nt][e];
@@ -140,17 +142,23 @@ struct OnlineSoftmax {
         }
     }
 
-    // The state update_bounded() works from: offset 1 (the bound), nothing summed.
-    __device__ __forceinline__ void bounded_init()
+    // The state update_bounded() works from: the offset (score units), nothing summed.
+    __device__ __forceinline__ void bounded_init(float offset)
     {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                row_max[mt][h] = 1.f;
+                row_max[mt][h] = offset;
                 row_sum[mt][h] = 0.f;
             }
         }
+    }
+
+    // update_bounded()'s offset in log2 units: the rounded product finish() forms.
+    __device__ __forceinline__ float bounded_offset_log2(float scale_log2) const
+    {
+        return __fmul_rn(row_max[0][0], scale_log2);
     }
 
     // O's rows times update_deferred's factors.

@@ -222,8 +222,12 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     softmax.init();
     [[maybe_unused]] ScoreVariants variants{};
     if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
-    // Softcapped scores offset by their bound, not a running maximum
-    if constexpr (kBoundedScores) softmax.bounded_init();
+    // Softcapped scores offset by a fixed offset, not a running maximum
+    [[maybe_unused]] float bounded_offset_log2 = 0.f;
+    if constexpr (kBoundedScores) {
+        softmax.bounded_init(fa2_bounded_softcap_offset(p.softcap));
+        bounded_offset_log2 = softmax.bounded_offset_log2(variants.score_log2);
+    }
     // ALiBi on tiles with one sign of the distance: a column term per score, a row term
     // for the softmax (apply_alibi_one_side); the diagonal key of row r is r + this.
     [[maybe_unused]] const int64_t diag_offset = int64_t{seq.seqlen_k} - seq.seqlen_q;
@@ -397,7 +401,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 if (kLateTurn && late_turn) pass_turn();
                 const float scale_log2 = kScored ? variants.score_log2 : p.scale_log2;
                 if constexpr (kBoundedScores) {  // O keeps its scale
-                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2);
+                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2,
+                                                              bounded_offset_log2);
                     return false;
                 } else if constexpr (kLazyRescale) {
                     return side != 0 ? softmax.update_deferred_biased_lazy(s, scale_log2, bias,
@@ -555,7 +560,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                                          key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
                 if constexpr (kBoundedScores)
-                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2);
+                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2,
+                                                              bounded_offset_log2);
                 else if constexpr (kScored)
                     softmax.update(s, o, variants.score_log2);
                 else

@@ -42,11 +42,11 @@ static inline int64_t fa2_fwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t b
     return (block_m + 3 * block_n) * head_dim_bucket * 2 + 1024;
 }
 
-/* Whether the Hopper forward offsets softcapped scores by their bound (1 in score units,
- * kernels/common/score_variants.cuh) instead of a running maximum: softcap on and at
- * most FA2_MAX_BOUNDED_SOFTCAP, no ALiBi (its distances have no lower bound), bf16
- * (whose P has fp32's exponent; fp16's 5 bits would lose every row whose largest score
- * lies 24 log2 units under the bound). */
+/* Whether the Hopper forward offsets softcapped scores by a fixed offset (their bound 1
+ * in score units, lower above a cap of 33: fa2_bounded_softcap_offset, common/params.h)
+ * instead of a running maximum: softcap on and at most FA2_MAX_BOUNDED_SOFTCAP, no ALiBi
+ * (its distances have no lower bound), bf16 (whose P has fp32's exponent; fp16's 5 bits
+ * would lose every row whose largest score lies 24 log2 units under the offset). */
 static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, int alibi)
 {
     return dtype == FA2_DTYPE_BF16 && softcap > 0.0f && softcap <= FA2_MAX_BOUNDED_SOFTCAP &&

@@ -73,11 +73,13 @@ static void test_every_unit_interval(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* The bounded softcap's exponents (y - offset) cap log2(e) for y in [-1, 1] at the
- * largest bounded cap: 2^49 down to 2^-95.25, all normal, none flushed. */
+/* The bounded softcap's exponents (y - offset) cap log2(e) for y in [-1, 1]: 2^0 at the
+ * top up to a cap of 33, 2^49 down to 2^-95.25 at the largest bounded cap, all normal,
+ * none flushed. */
 static void test_bounded_softcap_extremes(void **state)
 {
     (void)state;
+    assert_true(fabs(fa2_exp2_poly(0.0f) - 1.0) <= MAX_REL_ERR); /* the top up to a cap of 33 */
     const float cap_log2 = FA2_MAX_BOUNDED_SOFTCAP * 1.44269504f;
     const float highest = (1.0f - fa2_bounded_softcap_offset(FA2_MAX_BOUNDED_SOFTCAP)) * cap_log2;
     const float top = fa2_exp2_poly(highest);

@@ -19,7 +19,7 @@ extern "C" {
 #define FA2_MAX_BOUNDED_SOFTCAP 50.0f
 
 /* The smallest probability of a bounded softcap's score, 2^-FA2_BOUNDED_SOFTCAP_LOW_LOG2
- * (the score at -cap; 2 x 33 log2(e)): a normal float with 30 bits to spare for p v. */
+ * (the score at -cap; about 2 x 33 log2(e)): a normal float with 30 bits to spare for p v. */
 #define FA2_BOUNDED_SOFTCAP_LOW_LOG2 95.25f
 
 /* The bounded softcap's offset in score units (a softcapped score y lies in [-1, 1]; p =

@@ -23,11 +23,18 @@ from sdpa_compare import alternate, fa2lib, load_library, ratio, write_csv  # no
 
 # softcap 30 (Grok's) and 50 (Gemma 2's) are at most the largest softcap the Hopper
 # forward offsets by a fixed offset (FA2_MAX_BOUNDED_SOFTCAP), 60 above it: a running
-# maximum
+# maximum. alibi: slopes uniform in [0, 0.25); alibi schedule: ALiBi's own, 2^(-8 i / heads)
+# for heads i = 1..heads (the steepest near 1, the shallowest near 0)
 VARIANTS = (("softcap", dict(softcap=30.0)), ("softcap 50", dict(softcap=50.0)),
             ("softcap 60", dict(softcap=60.0)),
-            ("alibi", dict(alibi=1)), ("sinks", dict(sinks=1)),
+            ("alibi", dict(alibi=1)), ("alibi schedule", dict(alibi=2)),
+            ("sinks", dict(sinks=1)),
             ("all three", dict(softcap=30.0, alibi=1, sinks=1)))
+
+
+def alibi_slopes(fields, slopes, schedule):
+    """The slopes a variant's fields ask for (None: ALiBi off)."""
+    return {1: slopes, 2: schedule}.get(fields.get("alibi"))
 
 
 def plan_with(lib, q, k, causal, **variants):
@@ -37,7 +44,7 @@ def plan_with(lib, q, k, causal, **variants):
     return lib.plan(problem, q.device.index)
 
 
-def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
+def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters, variants, backward):
     """Each variant's forward (and, prefill, backward) over the plain one's."""
     dt = torch.bfloat16
     sets = []
@@ -47,6 +54,7 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
         v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
         sets.append((q, k, v, torch.empty_like(q)))
     slopes = torch.rand(hq, device="cuda") * 0.25
+    schedule = torch.exp2(-8.0 * torch.arange(1, hq + 1, device="cuda") / hq)
     sinks = torch.rand(hq, device="cuda") * 4.0 - 2.0
     plain = plan_with(lib, sets[0][0], sets[0][1], causal)
     ws_bytes = max(plain.workspace_bytes, 1)
@@ -55,19 +63,20 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
     runs = [lambda q, k, v, o, p=plain, ws=torch.empty(ws_bytes, dtype=torch.uint8,
                                                         device="cuda"):
             p.forward_with(q, k, v, o, workspace=ws)]
-    for _, fields in VARIANTS:
+    for _, fields in variants:
         p = plan_with(lib, sets[0][0], sets[0][1], causal, **fields)
         ws = torch.empty(max(p.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
         runs.append(lambda q, k, v, o, p=p, ws=ws, f=fields: p.forward_with(
-            q, k, v, o, alibi_slopes=slopes if f.get("alibi") else None,
+            q, k, v, o, alibi_slopes=alibi_slopes(f, slopes, schedule),
             sinks=sinks if f.get("sinks") else None, workspace=ws))
     times = alternate(runs, sets, rounds, iters)
     rows = []
-    if sq > 1:
-        rows += backward_costs(lib, name, sets, plain, causal, slopes, sinks, rounds, iters)
+    if sq > 1 and backward:
+        rows += backward_costs(lib, name, sets, plain, causal, (slopes, schedule), sinks,
+                               rounds, iters, variants)
     base = statistics.median(times[0])
     print(f"{name}: plain {base * 1e3:.1f} us (decode splits {plain.decode_splits})")
-    for (variant, _), t in zip(VARIANTS, times[1:]):
+    for (variant, _), t in zip(variants, times[1:]):
         cost, lo, hi = ratio(t, times[0])
         print(f"variant {variant:10s} {name:34s} time / plain {cost:.3f} "
               f"(rounds {lo:.3f}..{hi:.3f})")
@@ -77,14 +86,15 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters):
     return rows
 
 
-def backward_costs(lib, name, sets, plain, causal, slopes, sinks, rounds, iters):
-    """Each variant's backward against the plain one (each from its own forward's LSE)."""
+def backward_costs(lib, name, sets, plain, causal, slopes, sinks, rounds, iters, variants):
+    """Each variant's backward against the plain one (each from its own forward's LSE);
+    slopes: (uniform, schedule)."""
     q0, k0 = sets[0][0], sets[0][1]
     dsinks = torch.empty_like(sinks)
     runs, bsets = [], []
-    for fields in [{}] + [f for _, f in VARIANTS]:
+    for fields in [{}] + [f for _, f in variants]:
         p = plan_with(lib, q0, k0, causal, **fields) if fields else plain
-        tensors = dict(alibi_slopes=slopes if fields.get("alibi") else None,
+        tensors = dict(alibi_slopes=alibi_slopes(fields, *slopes),
                        sinks=sinks if fields.get("sinks") else None)
         one = []
         for q, k, v, o in sets:
@@ -99,7 +109,7 @@ def backward_costs(lib, name, sets, plain, causal, slopes, sinks, rounds, iters)
             *a, dsinks=dsinks if t["sinks"] is not None else None, **t))
     times = alternate(runs, bsets, rounds, iters, per_fn_sets=True)
     rows = []
-    for (variant, _), t in zip(VARIANTS, times[1:]):
+    for (variant, _), t in zip(variants, times[1:]):
         cost, lo, hi = ratio(t, times[0])
         print(f"backward {variant:10s} {name:34s} time / plain {cost:.3f} "
               f"(rounds {lo:.3f}..{hi:.3f})")
@@ -115,7 +125,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--csv")
+    ap.add_argument("--variants", help="comma-separated names of VARIANTS (default: all)")
+    ap.add_argument("--prefill-only", action="store_true", help="no decode shapes")
+    ap.add_argument("--no-backward", action="store_true")
     args = ap.parse_args()
+    names = args.variants.split(",") if args.variants else [n for n, _ in VARIANTS]
+    unknown = set(names) - {n for n, _ in VARIANTS}
+    if unknown:
+        ap.error(f"unknown variants: {', '.join(sorted(unknown))}")
+    variants = [(n, f) for n, f in VARIANTS if n in names]
     lib = load_library(args.lib)
     torch.manual_seed(0)
     rows = []
@@ -123,7 +141,10 @@ def main():
                         ("prefill 1 x 8k causal GQA 32:8", (1, 8192, 8192, 32, 8, 128, True)),
                         ("decode 1 x 8k GQA 32:8", (1, 1, 8192, 32, 8, 128, True)),
                         ("decode 16 x 8k GQA 32:8", (16, 1, 8192, 32, 8, 128, True))):
-        rows += shape_case(lib, name, *shape, args.rounds, args.iters)
+        if args.prefill_only and shape[1] == 1:
+            continue
+        rows += shape_case(lib, name, *shape, args.rounds, args.iters, variants,
+                           not args.no_backward)
     if args.csv:
         write_csv(args.csv, rows)
 

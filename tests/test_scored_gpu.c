@@ -43,8 +43,10 @@ static long g_only = -1;
 /* The variants of one case: softcap, and whether slopes / sinks are passed. */
 typedef struct variants_t {
     float softcap;
-    int alibi, sinks;    /* alibi 2: slopes in [0.6, 0.8), around the ln 2 above which the
-                            Hopper forward does not split ALiBi into column and row terms;
+    int alibi, sinks;    /* alibi 2: slopes in [0.6, 1.2), ALiBi's steepest, even heads'
+                            below and odd heads' above the 1.04 beyond which the Hopper
+                            forward does not split ALiBi into column and row terms
+                            (FA2_MAX_ONE_SIDE_ALIBI_LOG2);
                             3: in [0, 0.02), so that tiles far from the diagonal (split
                             there) weigh in every row */
     float softmax_scale; /* 0: 1 / sqrt(head_dim) */
@@ -59,10 +61,11 @@ enum {
                      warp tiles of saturated scores next to tiles of unbent ones */
 };
 
-/* A head's slope for variants_t's alibi kind (1: below 0.3). */
-static float alibi_slope(int alibi, oracle_rng_t *rng)
+/* Head h's slope for variants_t's alibi kind (1: below 0.3). */
+static float alibi_slope(int alibi, int64_t h, oracle_rng_t *rng)
 {
-    return alibi == 2   ? oracle_rng_uniform(rng, 0.6f, 0.8f)
+    return alibi == 2   ? (h % 2 ? oracle_rng_uniform(rng, 1.05f, 1.2f)
+                                 : oracle_rng_uniform(rng, 0.6f, 1.03f))
            : alibi == 3 ? oracle_rng_uniform(rng, 0.0f, 0.02f)
                         : oracle_rng_uniform(rng, 0.0f, 0.3f);
 }
@@ -124,7 +127,7 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
                 kv[i] *= 16.0f, kb[i] = oracle_bits_from_float(kv[i], dt);
     }
     for (int64_t h = 0; h < hq; ++h) {
-        slopes[h] = alibi_slope(var.alibi, &rng);
+        slopes[h] = alibi_slope(var.alibi, h, &rng);
         sinks[h] = oracle_rng_uniform(&rng, -3.0f, 6.0f);
     }
     const oracle_score_t mod = {var.softcap, var.alibi ? slopes : NULL,
@@ -336,7 +339,7 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
         sinks[h] = h == 1   ? -INFINITY
                    : h == 2 ? 80.0f /* the row all sink: P ~ e^-80, dsinks ~ -sum D */
                             : oracle_rng_uniform(&rng, -3.0f, 6.0f);
-        slopes[h] = alibi_slope(var.alibi, &rng);
+        slopes[h] = alibi_slope(var.alibi, h, &rng);
     }
     void *dq_in = device_buffer(qb, 2 * nq), *dk_in = device_buffer(kb, 2 * nk),
          *dv_in = device_buffer(vb, 2 * nk), *d_do = device_buffer(dob, 2 * nq),
@@ -449,7 +452,7 @@ static int run_scored_backward(long index, fa2_dtype_t dt, int64_t b, int64_t sq
 /* Each variant alone and all three, both backward modes and kernel families (this
  * device, the 99 KiB record), GQA, the head-dim buckets, causal with q > k (rows that
  * see no key: their LSE is the sink), softcap small (tanh bends) and large, ALiBi's
- * slopes shallow (below 0.3) and steep (0.6 to 0.8: rows held by their nearest keys). */
+ * slopes shallow (below 0.3) and steep (0.6 to 1.2: rows held by their nearest keys). */
 static void test_scored_backward(void **state)
 {
     (void)state;

@@ -223,7 +223,7 @@ static void test_tiled_scored(void **state)
     float slopes[8], steep[8], sinks[8];
     for (int h = 0; h < 8; ++h) {
         slopes[h] = oracle_rng_uniform(&pick, 0.0f, 0.5f);
-        steep[h] = h % 2 ? 0.69f : 0.7f; /* around ln 2: ALiBi split and not */
+        steep[h] = h % 2 ? 1.03f : 1.05f; /* around 1.5 / log2(e): ALiBi split and not */
         sinks[h] = oracle_rng_uniform(&pick, -3.0f, 3.0f);
     }
     const oracle_score_t mods[] = {

@@ -78,13 +78,14 @@ static float score(const fa2_problem_t *p, const oracle_score_t *mod, int64_t h,
 /* As the Hopper forward (kernels/common/score_variants.cuh, alibi_tile_side): +1 when
  * every key of [j0, j1] is at or before the diagonal key of every row of [i0, i1] (i +
  * seqlen_k - seqlen_q), -1 when at or after; 0 astride, without ALiBi, or with a slope
- * above ln 2. On a one-sided tile -slope |dist| is split into a column term on each score
- * (the slope times the key's column in the tile) and a row term. */
+ * above FA2_MAX_ONE_SIDE_ALIBI_LOG2 / log2(e). On a one-sided tile -slope |dist| is split
+ * into a column term on each score (the slope times the key's column in the tile) and a
+ * row term. */
 static int alibi_side(const fa2_problem_t *p, const oracle_score_t *mod, int64_t h, int64_t i0,
                       int64_t i1, int64_t j0, int64_t j1)
 {
     if (!mod || !mod->alibi_slopes || mod->alibi_slopes[h] == 0.0f ||
-        !(fabsf(mod->alibi_slopes[h]) * 1.4426950408889634f <= 1.0f))
+        !(fabsf(mod->alibi_slopes[h]) * 1.4426950408889634f <= FA2_MAX_ONE_SIDE_ALIBI_LOG2))
         return 0;
     const int64_t off = p->seqlen_k - p->seqlen_q;
     return i0 + off >= j1 ? 1 : i1 + off <= j0 ? -1 : 0;

@@ -46,6 +46,14 @@ static inline FA2_HOST_DEVICE float fa2_bounded_softcap_offset(float softcap)
  * update_deferred_lazy; tests/tiled_cpu.c models it): p stays at most 2^8. */
 #define FA2_LAZY_RESCALE_LOG2 8.0f
 
+/* The steepest ALiBi slope, as |slope| log2(e), that the Hopper forward splits into a
+ * column and a row term on tiles whose keys lie on one side of every row's diagonal
+ * (kernels/common/score_variants.cuh: alibi_tile_side; tests/tiled_cpu.c models it).
+ * 1.5 takes every slope of ALiBi's schedule (2^(-8 i / heads), below 1): the column term
+ * then adds at most 127 x 1.5 log2 units to a score before the row term takes them off,
+ * where fp32 rounds to 2^-16 of a log2 unit (p to about 1e-5, under bf16 P's 2^-9). */
+#define FA2_MAX_ONE_SIDE_ALIBI_LOG2 1.5f
+
 typedef struct fa2_params_t {
     const void *q;
     const void *k;

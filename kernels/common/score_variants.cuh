@@ -106,22 +106,18 @@ __device__ __forceinline__ void apply_alibi(float (&s)[kMTiles][kNTiles][4],
             }
 }
 
-// The largest |slope| log2(e) (in log2 units per key: alibi times score_log2) for which
-// ALiBi may be split into a column and a row term (apply_alibi_one_side): the column term
-// then adds at most 127 log2 units to a score before the row term takes them off again,
-// so that the scores keep the precision of -slope |dist| formed directly. Slopes are 0.5
-// and below in ALiBi's schedule.
-constexpr float kMaxOneSideAlibiLog2 = 1.f;
 
 // Which side of its rows' diagonals (key = row + seqlen_k - seqlen_q) a tile of keys
 // [key_first, key_last] lies on for rows [row_first, row_last]: +1 every key at or before
 // each row's diagonal (dist >= 0: causal tiles), -1 at or after it, 0 astride one, or
-// ALiBi off for this head, or a slope too steep to split (kMaxOneSideAlibiLog2).
+// ALiBi off for this head, or a slope too steep to split (FA2_MAX_ONE_SIDE_ALIBI_LOG2,
+// common/params.h).
 __device__ __forceinline__ int alibi_tile_side(const ScoreVariants &v, int64_t diag_offset,
                                                int row_first, int row_last, int key_first,
                                                int key_last)
 {
-    if (v.alibi == 0.f || !(fabsf(v.alibi * v.score_log2) <= kMaxOneSideAlibiLog2)) return 0;
+    if (v.alibi == 0.f || !(fabsf(v.alibi * v.score_log2) <= FA2_MAX_ONE_SIDE_ALIBI_LOG2))
+        return 0;
     if (row_first + diag_offset >= key_last) return 1;
     if (row_last + diag_offset <= key_first) return -1;
     return 0;

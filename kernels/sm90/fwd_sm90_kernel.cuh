@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
                                            float (&alpha)[1][2], bool late_turn) -> bool {
                 [[maybe_unused]] int side = 0;
-                [[maybe_unused]] float bias[1][2];
+                [[maybe_unused]] float bias[1][2] = {{0.f, 0.f}};
                 if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
                     if constexpr (kBoundedScores)
                         apply_softcap(s, variants.tanh_scale);
@@ -404,6 +404,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2,
                                                               bounded_offset_log2);
                     return false;
+                } else if constexpr (kLazyRescale && FA2_SM90_ALIBI_ONE_UPDATE) {
+                    // one copy of the update for every tile (bias 0 off the one-sided path)
+                    return softmax.update_deferred_biased_lazy(s, scale_log2, bias, alpha);
                 } else if constexpr (kLazyRescale) {
                     return side != 0 ? softmax.update_deferred_biased_lazy(s, scale_log2, bias,
                                                                            alpha)

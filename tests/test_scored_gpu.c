@@ -46,7 +46,8 @@ typedef struct variants_t {
     int alibi, sinks;    /* alibi 2: slopes in [0.6, 1.2), ALiBi's steepest, even heads'
                             below and odd heads' above the 1.04 beyond which the Hopper
                             forward does not split ALiBi into column and row terms
-                            (FA2_MAX_ONE_SIDE_ALIBI_LOG2);
+                            (FA2_MAX_ONE_SIDE_ALIBI_LOG2); 4: in [0.3, 1), so that
+                            whole tiles far from the diagonal underflow to 0;
                             3: in [0, 0.02), so that tiles far from the diagonal (split
                             there) weigh in every row */
     float softmax_scale; /* 0: 1 / sqrt(head_dim) */
@@ -67,6 +68,7 @@ static float alibi_slope(int alibi, int64_t h, oracle_rng_t *rng)
     return alibi == 2   ? (h % 2 ? oracle_rng_uniform(rng, 1.05f, 1.2f)
                                  : oracle_rng_uniform(rng, 0.6f, 1.03f))
            : alibi == 3 ? oracle_rng_uniform(rng, 0.0f, 0.02f)
+           : alibi == 4 ? oracle_rng_uniform(rng, 0.3f, 1.0f)
                         : oracle_rng_uniform(rng, 0.0f, 0.3f);
 }
 
@@ -206,6 +208,25 @@ static void test_scored_dense(void **state)
                 ++run;
             }
     printf("%ld of %ld scored prefill cases failed (seed %" PRIu64 ")\n", failed, run, g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* ALiBi with steep slopes over 1000 and more keys: the Hopper forward's general instance
+ * skips the P V of tiles whose every probability underflows to 0 (kSkipZeroTiles), next to
+ * tiles that keep a few; causal (q = k, q < k) and not, with and without sinks, both
+ * dtypes, d = 128 (the overlapped loop that skips) and 64. */
+static void test_scored_alibi_zero_tiles(void **state)
+{
+    (void)state;
+    static const int64_t dims[] = {128, 64};
+    long index = 900, failed = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di)
+        for (int causal = 0; causal < 2; ++causal)
+            for (int sinks = 0; sinks < 2; ++sinks, ++index)
+                if (g_only < 0 || g_only == index)
+                    failed += !run_dense(index, sinks ? FP16 : BF16, 1, 1000,
+                                         causal && sinks ? 1000 : 1300, 4, 2, dims[di], causal,
+                                         -1, (variants_t){0.0f, 4, sinks, 0.0f, 0}, &g_info);
     assert_int_equal(failed, 0);
 }
 
@@ -506,6 +527,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scored_dense),
         cmocka_unit_test(test_scored_limits),
+        cmocka_unit_test(test_scored_alibi_zero_tiles),
         cmocka_unit_test(test_scored_bounded_softcap),
         cmocka_unit_test(test_scored_softcap_saturated_tiles),
         cmocka_unit_test(test_scored_backward),

@@ -906,7 +906,8 @@ typedef struct paged_case_t {
     int shared_pages; /* sequence 1's first pages are sequence 0's (a shared prefix) */
     int consumer;     /* plan for a 99 KiB sm_89 device */
     int scored;       /* the score variants on: softcap 10, ALiBi, sinks (2: no softcap;
-                         3: no ALiBi, the softcap bounding the scores) */
+                         3: no ALiBi, the softcap bounding the scores; 4: as 2 with
+                         slopes in [0.3, 1)) */
     int64_t page_pad; /* elements after each page: a page stride of no whole number of rows
                          (the kernels' 64-bit row offsets, not the row space) */
 } paged_case_t;
@@ -1020,13 +1021,15 @@ static int run_paged_case(long index, const paged_case_t *c)
     p.window_left = c->window_left;
     p.window_right = c->window_right;
     if (c->scored)
-        p.softcap = c->scored == 2 ? 0.0f : 10.0f, p.alibi = c->scored != 3, p.sinks = 1;
+        p.softcap = c->scored == 2 || c->scored == 4 ? 0.0f : 10.0f,
+        p.alibi = c->scored != 3, p.sinks = 1;
     const fa2_device_info_t device = c->consumer ? consumer_device_info(&g_info) : g_info;
     printf("case %ld: paged %s %s %d seqs page=%" PRId64 " hq=%" PRId64 " hkv=%" PRId64
-           " d=%" PRId64 " page stride=%" PRId64 "%s%s%s", index, c->name,
+           " d=%" PRId64 " page stride=%" PRId64 "%s%s%s%s", index, c->name,
            c->dtype == FA2_DTYPE_BF16 ? "bf16" : "fp16", n, ps, hq, hkv, d, page_stride,
            c->consumer ? " (planned for 99 KiB)" : "",
            c->scored == 1 || c->scored == 3 ? " softcap=10" : "",
+           c->scored == 4 ? " steep" : "",
            !c->scored ? "" : c->scored == 3 ? " sinks" : " alibi sinks");
     fa2_plan_t plan;
     fa2_status_t st = fa2_plan(&p, &device, &plan);
@@ -1068,8 +1071,11 @@ static int run_paged_case(long index, const paged_case_t *c)
     free(row_used);
     float slopes[16], sinks[16];
     oracle_score_t mod = score_variants_case(&rng, hq, slopes, sinks);
-    if (c->scored == 2)
+    if (c->scored == 2 || c->scored == 4)
         mod.softcap = 0.0;
+    if (c->scored == 4) /* steep: [0.3, 1) */
+        for (int64_t h = 0; h < hq; ++h)
+            slopes[h] = 0.3f + slopes[h] * (0.7f / 0.3f);
     if (c->scored == 3)
         mod.alibi_slopes = NULL;
     void *dq = device_buffer(qb, 2 * (size_t)nq), *dk = device_buffer(kb, 2 * (size_t)nk),
@@ -1152,6 +1158,9 @@ static const paged_case_t paged_cases[] = {
      {1000, 300, 5, 129}, 24, 2, 0, 0, 0},
     {"ALiBi alone, producer, d 128", FP16, 4, 2, 128, 0, 100, -1, 3, {200, 1, 77},
      {640, 300, 77}, 16, 1, 0, 2, 0},
+    /* steep slopes over 1000 keys: tiles whose P underflows to 0, their P V skipped */
+    {"ALiBi alone, steep, producer, d 128", BF16, 4, 2, 128, 1, -1, -1, 3, {1000, 1, 300},
+     {1000, 1200, 800}, 64, 0, 0, 4, 0},
     {"variants, copy engine, d 128", FP16, 4, 2, 128, 1, -1, -1, 3, {200, 1, 77},
      {640, 300, 77}, 64, 1, 0, 1, 0},
     /* softcap with sinks, no ALiBi, bf16: the scores' bound as the softmax's offset, in

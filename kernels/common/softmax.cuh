@@ -99,15 +99,36 @@ struct OnlineSoftmax {
                                                          float (&alpha_out)[kMTiles][2])
     {
         const float no_bias[kMTiles][2] = {};
-        return update_rows_lazy<kNTiles, false>(s, scale_log2, no_bias, alpha_out);
+        bool underflows;
+        return update_rows_lazy<kNTiles, false, false>(s, scale_log2, no_bias, alpha_out,
+                                                       underflows);
     }
     template <int kNTiles>
     __device__ __forceinline__ bool update_deferred_biased_lazy(
         float (&s)[kMTiles][kNTiles][4], float scale_log2, const float (&bias)[kMTiles][2],
         float (&alpha_out)[kMTiles][2])
     {
-        return update_rows_lazy<kNTiles, true>(s, scale_log2, bias, alpha_out);
+        bool underflows;
+        return update_rows_lazy<kNTiles, true, false>(s, scale_log2, bias, alpha_out,
+                                                      underflows);
     }
+
+    // update_deferred_biased_lazy() that first asks whether every exponent of the warp's
+    // tile lies below kUnderflowLog2, where exp2_approx gives 0 (ALiBi's tiles far from
+    // the diagonal): then `underflows` is true, no exponential is taken and s is left as
+    // it is (not probabilities: the caller takes P as 0); the statistics are as the
+    // update would have left them.
+    template <int kNTiles>
+    __device__ __forceinline__ bool update_deferred_biased_lazy_sparse(
+        float (&s)[kMTiles][kNTiles][4], float scale_log2, const float (&bias)[kMTiles][2],
+        float (&alpha_out)[kMTiles][2], bool &underflows)
+    {
+        return update_rows_lazy<kNTiles, true, true>(s, scale_log2, bias, alpha_out,
+                                                     underflows);
+    }
+
+    // Below this exponent (log2 units) exp2_approx's result is subnormal and flushed to 0.
+    static constexpr float kUnderflowLog2 = -127.f;
 
     // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
     // sm90/fwd_sm90_tiles.h: fa2_sm90_softcap_bounds_scores): the exponent's offset is a
@@ -282,14 +303,16 @@ struct OnlineSoftmax {
         }
     }
 
-    // update_deferred_lazy()'s body (kBiased: update_deferred_biased_lazy()).
-    template <int kNTiles, bool kBiased>
+    // update_deferred_lazy()'s body (kBiased: update_deferred_biased_lazy(); kSparse:
+    // ..._sparse(), which sets underflows).
+    template <int kNTiles, bool kBiased, bool kSparse>
     __device__ __forceinline__ bool update_rows_lazy(float (&s)[kMTiles][kNTiles][4],
                                                      float scale_log2,
                                                      const float (&bias)[kMTiles][2],
-                                                     float (&alpha_out)[kMTiles][2])
+                                                     float (&alpha_out)[kMTiles][2],
+                                                     bool &underflows)
     {
-        float m_new[kMTiles][2];
+        float m_new[kMTiles][2], lane_max[kMTiles][2];
         bool grows = false;
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
@@ -304,6 +327,7 @@ struct OnlineSoftmax {
 #pragma unroll
                     for (int i = 0; i + stride < kNTiles; i += 2 * stride)
                         t[i] = fmaxf(t[i], t[i + stride]);
+                lane_max[mt][h] = t[0];
                 const float local = kBiased ? t[0] + bias[mt][h] : t[0];
                 const float m = fmaxf(row_max[mt][h], quad_max(local));
                 m_new[mt][h] = m;
@@ -312,6 +336,8 @@ struct OnlineSoftmax {
             }
         }
         const bool moves = __any_sync(0xffffffffu, grows);
+        float offset[kMTiles][2];
+        bool low = true;  // every exponent of this thread's rows below kUnderflowLog2
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -327,11 +353,23 @@ struct OnlineSoftmax {
                 }
                 const float m = row_max[mt][h];
                 const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
-                const float offset =
-                    kBiased ? fmaf(-bias[mt][h], scale_log2, m_scaled) : m_scaled;
-                const float sum = exp_row_half<kNTiles>(s[mt], h, scale_log2, offset);
-                row_sum[mt][h] = moves ? row_sum[mt][h] * alpha + sum : row_sum[mt][h] + sum;
+                offset[mt][h] = kBiased ? fmaf(-bias[mt][h], scale_log2, m_scaled) : m_scaled;
+                if constexpr (kSparse)  // (-inf, a row with nothing visible, compares true)
+                    low &= !(fmaf(lane_max[mt][h], scale_log2, -offset[mt][h]) >=
+                             kUnderflowLog2);
                 alpha_out[mt][h] = alpha;
+            }
+        }
+        underflows = kSparse && __all_sync(0xffffffffu, low);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float sum =
+                    underflows ? 0.f
+                               : exp_row_half<kNTiles>(s[mt], h, scale_log2, offset[mt][h]);
+                row_sum[mt][h] = moves ? row_sum[mt][h] * alpha_out[mt][h] + sum
+                                       : row_sum[mt][h] + sum;
             }
         }
         return moves;

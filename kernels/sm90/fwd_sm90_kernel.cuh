@@ -115,6 +115,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     // The overlapped loop skips O's rescale while its rows keep their offsets
     // (FA2_SM90_LAZY_RESCALE: 1 in the scored instances, 2 in the plain ones too)
     constexpr bool kLazyRescale = FA2_SM90_LAZY_RESCALE >= (kScored ? 1 : 2);
+    // The general instance skips the P V of tiles whose every p underflows to 0 (ALiBi's
+    // far from the diagonal), in the overlapped loop with its lazy rescale.
+    constexpr bool kSkipZeroTiles = kScored && !kBoundedScores && kLazyRescale;
     static_assert(kCopyEngine || kMode == kPagedSeq || (kProducer && kMode == kDenseSeq),
                   "packed K/V by the copy engine");
     constexpr int kBlockThreads = FwdSm90Launch<Tr, kKv>::kThreads;
@@ -367,7 +370,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             // Pingpong: warpgroup w issues its products on its turn (barrier 2 + w), then
             // hands the turn to the other (kLateTurn: later); warpgroup 1 hands warpgroup 0
             // the first.
-            [[maybe_unused]] const int math_wg = warp / 4;
+            // (kSkipZeroTiles: as a shuffle's result, which the compiler sees as uniform in
+            // the warp; else it serializes the wgmma after the skippable P V)
+            [[maybe_unused]] const int math_wg =
+                kSkipZeroTiles ? __shfl_sync(0xffffffffu, warp / 4, 0) : warp / 4;
             const auto take_turn = [&] {
                 if constexpr (kPingpong) named_barrier_sync(2 + math_wg, Tr::kThreads);
             };
@@ -379,8 +385,13 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             // previous tile's P V is done, where the return is true (kLazyRescale: false
             // while every row of the warp keeps its offset).
             // late_turn: pass the turn once the variants and the mask are applied.
+            // zero: every p of the warpgroup's tile underflows to 0 (kSkipZeroTiles), so
+            // that its P V is skipped; this warp's s then holds no probabilities when
+            // warp_zero is true.
             const auto probabilities = [&](float (&s)[1][Tr::kNTiles][4], int key_first,
-                                           float (&alpha)[1][2], bool late_turn) -> bool {
+                                           float (&alpha)[1][2], bool late_turn,
+                                           bool &warp_zero, bool &zero) -> bool {
+                warp_zero = zero = false;
                 [[maybe_unused]] int side = 0;
                 [[maybe_unused]] float bias[1][2] = {{0.f, 0.f}};
                 if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
@@ -404,13 +415,17 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2,
                                                               bounded_offset_log2);
                     return false;
-                } else if constexpr (kLazyRescale && FA2_SM90_ALIBI_ONE_UPDATE) {
+                } else if constexpr (kSkipZeroTiles) {
                     // one copy of the update for every tile (bias 0 off the one-sided path)
-                    return softmax.update_deferred_biased_lazy(s, scale_log2, bias, alpha);
+                    const bool moves = softmax.update_deferred_biased_lazy_sparse(
+                        s, scale_log2, bias, alpha, warp_zero);
+                    // (the vote lets the compiler see a warp-uniform branch around the
+                    // P V's wgmma, which it would serialize otherwise)
+                    zero = __all_sync(0xffffffffu,
+                                      named_barrier_all(4 + math_wg, 128, warp_zero));
+                    return moves;
                 } else if constexpr (kLazyRescale) {
-                    return side != 0 ? softmax.update_deferred_biased_lazy(s, scale_log2, bias,
-                                                                           alpha)
-                                     : softmax.update_deferred_lazy(s, scale_log2, alpha);
+                    return softmax.update_deferred_biased_lazy(s, scale_log2, bias, alpha);
                 } else {
                     if (side != 0)
                         softmax.update_deferred_biased(s, scale_log2, bias, alpha);
@@ -420,7 +435,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 }
             };
             uint32_t pa[Tr::kBlockN / 16][4];
-            const auto issue_pv = [&](int j) {
+            bool pv_zero = false;  // the last tile's P is 0 in the whole warpgroup
+            // skip: only the waits and the commit (an empty group), P being 0
+            const auto issue_pv = [&](int j, bool skip) {
                 mbarrier_wait(v_bar(j), v_phase(j));
                 if constexpr (kProducerCpAsync) fence_proxy_async();  // cp.async's rows, to wgmma
                 // A packed sequence's or a last page's V rows past the keys (tile 0's) hold
@@ -434,11 +451,25 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     __syncthreads();
                 }
                 wgmma_fence();
-                const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_tile(j)), 0);
+                if (!kSkipZeroTiles || !skip) {
+                    const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_tile(j)), 0);
 #pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                    wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
+                    for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                        wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
+                }
                 wgmma_commit();
+            };
+            // tile j's P as the A operand: zeros where the warp's exponentials were skipped
+            const auto p_operand = [&](float (&s)[1][Tr::kNTiles][4], bool warp_zero) {
+                if (kSkipZeroTiles && warp_zero) {
+#pragma unroll
+                    for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                        pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+                        a_fragment<Elem>(pa[kk], s[0], kk);
+                }
             };
 
             [[maybe_unused]] PhaseTrace trace;
@@ -471,10 +502,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     if (tiles > 1) copy_k(1);
                     fetch_pages(2);
                 }
-                (void)probabilities(s, key_of(0), alpha, false);  // O is 0: no rescale
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                    a_fragment<Elem>(pa[kk], s[0], kk);
+                bool warp_zero;
+                (void)probabilities(s, key_of(0), alpha, false, warp_zero, pv_zero);
+                p_operand(s, warp_zero);  // (O is 0: no rescale)
             }
             for (int j = 1; j < tiles; ++j) {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
@@ -484,7 +514,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 take_turn();
                 trace.mark(j, kTraceTurn);
                 issue_s(s, j);
-                issue_pv(j - 1);
+                issue_pv(j - 1, pv_zero);
                 if constexpr (!kLateTurn) pass_turn();
                 trace.mark(j, kTraceIssued);
                 wgmma_wait<1>();  // S; the P V may still run
@@ -496,7 +526,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     __syncthreads();  // every warp's S read K
                     if (j + 1 < tiles) copy_k(j + 1);
                 }
-                const bool rescale = probabilities(s, key_of(j), alpha, true);
+                bool warp_zero;
+                const bool rescale = probabilities(s, key_of(j), alpha, true, warp_zero, pv_zero);
                 trace.mark(j, kTraceSoftmax);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
@@ -510,12 +541,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                     if (j + 1 < tiles) copy_v(j + 1);
                     fetch_pages(j + 2);
                 }
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                    a_fragment<Elem>(pa[kk], s[0], kk);
+                p_operand(s, warp_zero);
             }
             take_turn();
-            issue_pv(tiles - 1);
+            issue_pv(tiles - 1, pv_zero);
             if (math_wg == 0) pass_turn();  // (warpgroup 1's last turn is not taken)
             wgmma_wait<0>();
             reg_fence(o[0]);

@@ -123,13 +123,6 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
 #define FA2_SM90_LAZY_RESCALE 1
 #endif
 
-/* The general scored instance's lazy update as one copy for every tile, the tiles off
- * ALiBi's one-sided path with a row bias of 0 (1), or a copy without the bias for those
- * (0): the loop's code is about 300 instructions shorter with one. */
-#ifndef FA2_SM90_ALIBI_ONE_UPDATE
-#define FA2_SM90_ALIBI_ONE_UPDATE 1
-#endif
-
 /* paged: a paged cache; dense_rows: a dense batch's seqlen_q (0: not dense, a packed
  * batch when not paged either). A dense batch takes the layout when its rows reach the
  * last math warpgroup's: at 64 rows or fewer the one-warpgroup tile runs two blocks per

@@ -178,6 +178,19 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// named_barrier_sync() that also returns whether `pred` holds in every taking-part thread.
+__device__ __forceinline__ bool named_barrier_all(int id, int threads, bool pred)
+{
+    uint32_t all;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.and.pred q, %2, %3, p;\n"
+        " selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(all)
+        : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(threads)
+        : "memory");
+    return all != 0;
+}
+
 
 // Hands registers between the warpgroups of a block (sm_90a; every thread of the
 // warpgroup executes it): kRegs per thread from now on.

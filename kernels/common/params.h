@@ -43,7 +43,7 @@ static inline FA2_HOST_DEVICE float fa2_bounded_softcap_offset(float softcap)
 
 /* How far (log2 units) a row's running maximum may grow before the Hopper forward's
  * lazy rescale moves the row's offset (kernels/common/softmax.cuh:
- * update_deferred_lazy; tests/tiled_cpu.c models it): p stays at most 2^8. */
+ * update_deferred_biased_lazy; tests/tiled_cpu.c models it): p stays at most 2^8. */
 #define FA2_LAZY_RESCALE_LOG2 8.0f
 
 /* The steepest ALiBi slope, as |slope| log2(e), that the Hopper forward splits into a

@@ -106,7 +106,6 @@ __device__ __forceinline__ void apply_alibi(float (&s)[kMTiles][kNTiles][4],
             }
 }
 
-
 // Which side of its rows' diagonals (key = row + seqlen_k - seqlen_q) a tile of keys
 // [key_first, key_last] lies on for rows [row_first, row_last]: +1 every key at or before
 // each row's diagonal (dist >= 0: causal tiles), -1 at or after it, 0 astride one, or

@@ -86,31 +86,20 @@ struct OnlineSoftmax {
         update_rows<kNTiles, 2, true>(s, scale_log2, bias, alpha_out);
     }
 
-    // update_deferred() / update_deferred_biased() that keep each row's offset while its
-    // maximum grows by at most FA2_LAZY_RESCALE_LOG2 (log2 units): then p is at most
-    // 2^FA2_LAZY_RESCALE_LOG2 (fp32 sums, bf16 / fp16 P and fp32 O hold it), alpha is 1
-    // and the return is false, so that the caller skips O's rescale. Decided for the
-    // whole warp (its rows either all keep or all move), so the skip is a uniform branch.
-    // The row maxima are formed as trees (depth log2 of the row's values, not their
-    // count).
-    template <int kNTiles>
-    __device__ __forceinline__ bool update_deferred_lazy(float (&s)[kMTiles][kNTiles][4],
-                                                         float scale_log2,
-                                                         float (&alpha_out)[kMTiles][2])
-    {
-        const float no_bias[kMTiles][2] = {};
-        bool underflows;
-        return update_rows_lazy<kNTiles, false, false>(s, scale_log2, no_bias, alpha_out,
-                                                       underflows);
-    }
+    // update_deferred_biased() that keeps each row's offset while its maximum grows by at
+    // most FA2_LAZY_RESCALE_LOG2 (log2 units): then p is at most 2^FA2_LAZY_RESCALE_LOG2
+    // (fp32 sums, bf16 / fp16 P and fp32 O hold it), alpha is 1 and the return is false,
+    // so that the caller skips O's rescale (a bias of 0: scores without one). Decided for
+    // the whole warp (its rows either all keep or all move), so the skip is a uniform
+    // branch. The row maxima are formed as trees (depth log2 of the row's values, not
+    // their count).
     template <int kNTiles>
     __device__ __forceinline__ bool update_deferred_biased_lazy(
         float (&s)[kMTiles][kNTiles][4], float scale_log2, const float (&bias)[kMTiles][2],
         float (&alpha_out)[kMTiles][2])
     {
         bool underflows;
-        return update_rows_lazy<kNTiles, true, false>(s, scale_log2, bias, alpha_out,
-                                                      underflows);
+        return update_rows_lazy<kNTiles, false>(s, scale_log2, bias, alpha_out, underflows);
     }
 
     // update_deferred_biased_lazy() that first asks whether every exponent of the warp's
@@ -123,8 +112,7 @@ struct OnlineSoftmax {
         float (&s)[kMTiles][kNTiles][4], float scale_log2, const float (&bias)[kMTiles][2],
         float (&alpha_out)[kMTiles][2], bool &underflows)
     {
-        return update_rows_lazy<kNTiles, true, true>(s, scale_log2, bias, alpha_out,
-                                                     underflows);
+        return update_rows_lazy<kNTiles, true>(s, scale_log2, bias, alpha_out, underflows);
     }
 
     // Below this exponent (log2 units) exp2_approx's result is subnormal and flushed to 0.
@@ -303,9 +291,8 @@ struct OnlineSoftmax {
         }
     }
 
-    // update_deferred_lazy()'s body (kBiased: update_deferred_biased_lazy(); kSparse:
-    // ..._sparse(), which sets underflows).
-    template <int kNTiles, bool kBiased, bool kSparse>
+    // update_deferred_biased_lazy()'s body (kSparse: ..._sparse(), which sets underflows).
+    template <int kNTiles, bool kSparse>
     __device__ __forceinline__ bool update_rows_lazy(float (&s)[kMTiles][kNTiles][4],
                                                      float scale_log2,
                                                      const float (&bias)[kMTiles][2],
@@ -328,8 +315,7 @@ struct OnlineSoftmax {
                     for (int i = 0; i + stride < kNTiles; i += 2 * stride)
                         t[i] = fmaxf(t[i], t[i + stride]);
                 lane_max[mt][h] = t[0];
-                const float local = kBiased ? t[0] + bias[mt][h] : t[0];
-                const float m = fmaxf(row_max[mt][h], quad_max(local));
+                const float m = fmaxf(row_max[mt][h], quad_max(t[0] + bias[mt][h]));
                 m_new[mt][h] = m;
                 // NaN (-inf to -inf, nothing seen yet) or a first finite max: moves
                 grows |= !((m - row_max[mt][h]) * scale_log2 <= FA2_LAZY_RESCALE_LOG2);
@@ -353,7 +339,7 @@ struct OnlineSoftmax {
                 }
                 const float m = row_max[mt][h];
                 const float m_scaled = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
-                offset[mt][h] = kBiased ? fmaf(-bias[mt][h], scale_log2, m_scaled) : m_scaled;
+                offset[mt][h] = fmaf(-bias[mt][h], scale_log2, m_scaled);
                 if constexpr (kSparse)  // (-inf, a row with nothing visible, compares true)
                     low &= !(fmaf(lane_max[mt][h], scale_log2, -offset[mt][h]) >=
                              kUnderflowLog2);

@@ -2,10 +2,11 @@
 // use (ex2.approx, tanh.approx) against FFMA, measured in clocks of the SM (clock64), one
 // block of 32 warps per SM, 8 independent chains per thread. Runs on the GPU as the
 // build's bench/fa2_mufu_rate (sm_90a builds).
+#include <cstdint>
 #include <cstdio>
 #include <cuda_runtime.h>
 
-enum Op { kEx2, kTanh, kFfma, kEx2Tanh };
+enum Op { kEx2, kTanh, kFfma, kEx2Tanh, kTanhF16x2, kEx2F16x2, kTanhBf16x2 };
 
 __device__ __forceinline__ float ex2(float x)
 {
@@ -19,6 +20,30 @@ __device__ __forceinline__ float tanh_approx(float x)
     float y;
     asm volatile("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+
+// Packed forms: two results per instruction (PTX; ptxas may split them)
+__device__ __forceinline__ float tanh_f16x2(float x)
+{
+    uint32_t y;
+    asm volatile("tanh.approx.f16x2 %0, %1;" : "=r"(y) : "r"(__float_as_uint(x)));
+    return __uint_as_float(y);
+}
+
+__device__ __forceinline__ float ex2_f16x2(float x)
+{
+    uint32_t y;  // (the sign bits cleared and set: inputs stay negative, results in (0, 1])
+    asm volatile("ex2.approx.f16x2 %0, %1;"
+                 : "=r"(y)
+                 : "r"(__float_as_uint(x) | 0x80008000u));
+    return __uint_as_float(y);
+}
+
+__device__ __forceinline__ float tanh_bf16x2(float x)
+{
+    uint32_t y;
+    asm volatile("tanh.approx.bf16x2 %0, %1;" : "=r"(y) : "r"(__float_as_uint(x)));
+    return __uint_as_float(y);
 }
 
 template <Op kOp>
@@ -36,6 +61,9 @@ __global__ void rate_kernel(int iters, float seed, float *sink, long long *clock
             if constexpr (kOp == kTanh) v[i] = tanh_approx(v[i]);
             if constexpr (kOp == kFfma) v[i] = fmaf(v[i], 0.999f, 1e-3f);
             if constexpr (kOp == kEx2Tanh) v[i] = (i & 1) ? ex2(-v[i]) : tanh_approx(v[i]);
+            if constexpr (kOp == kTanhF16x2) v[i] = tanh_f16x2(v[i]);
+            if constexpr (kOp == kEx2F16x2) v[i] = ex2_f16x2(v[i]);
+            if constexpr (kOp == kTanhBf16x2) v[i] = tanh_bf16x2(v[i]);
         }
     }
     __syncthreads();
@@ -47,10 +75,13 @@ __global__ void rate_kernel(int iters, float seed, float *sink, long long *clock
     if (threadIdx.x == 0) clocks[blockIdx.x] = t1 - t0;
 }
 
+// threads: per block (one block per SM): 1024 = 8 warps per sub-partition, 128 = one
+// warp each (as in the forward's softmax phase: one math warp of each warpgroup per
+// sub-partition).
 template <Op kOp>
-static double results_per_clock(int sms, float *sink, long long *clocks)
+static double results_per_clock(int sms, float *sink, long long *clocks, int threads = 1024)
 {
-    const int threads = 1024, iters = 4096;
+    const int iters = 4096;
     rate_kernel<kOp><<<sms, threads>>>(iters, 1e-3f, sink, clocks);  // warm-up
     rate_kernel<kOp><<<sms, threads>>>(iters, 1e-3f, sink, clocks);
     if (cudaDeviceSynchronize() != cudaSuccess) return -1.0;
@@ -58,7 +89,8 @@ static double results_per_clock(int sms, float *sink, long long *clocks)
     cudaMemcpy(host, clocks, sms * sizeof(long long), cudaMemcpyDeviceToHost);
     long long worst = 0;
     for (int i = 0; i < sms; ++i) worst = host[i] > worst ? host[i] : worst;
-    return (double)threads * iters * 8 / (double)worst;
+    const int per_op = kOp == kTanhF16x2 || kOp == kEx2F16x2 || kOp == kTanhBf16x2 ? 2 : 1;
+    return (double)threads * iters * 8 * per_op / (double)worst;
 }
 
 int main()
@@ -77,6 +109,16 @@ int main()
     printf("  ex2.approx.ftz.f32   %6.2f\n", results_per_clock<kEx2>(sms, sink, clocks));
     printf("  tanh.approx.f32      %6.2f\n", results_per_clock<kTanh>(sms, sink, clocks));
     printf("  ex2 and tanh, 1:1    %6.2f\n", results_per_clock<kEx2Tanh>(sms, sink, clocks));
+    printf("one warp per sub-partition (128 threads per SM):\n");
+    printf("  ex2.approx.ftz.f32   %6.2f\n", results_per_clock<kEx2>(sms, sink, clocks, 128));
+    printf("  tanh.approx.f32      %6.2f\n", results_per_clock<kTanh>(sms, sink, clocks, 128));
+    printf("  ex2 and tanh, 1:1    %6.2f\n", results_per_clock<kEx2Tanh>(sms, sink, clocks, 128));
+    printf("two warps per sub-partition (256 threads per SM):\n");
+    printf("  ex2 and tanh, 1:1    %6.2f\n", results_per_clock<kEx2Tanh>(sms, sink, clocks, 256));
+    printf("packed (8 warps per sub-partition):\n");
+    printf("  tanh.approx.f16x2    %6.2f\n", results_per_clock<kTanhF16x2>(sms, sink, clocks));
+    printf("  ex2.approx.f16x2     %6.2f\n", results_per_clock<kEx2F16x2>(sms, sink, clocks));
+    printf("  tanh.approx.bf16x2   %6.2f\n", results_per_clock<kTanhBf16x2>(sms, sink, clocks));
     printf("  ffma (dependent)     %6.2f\n", results_per_clock<kFfma>(sms, sink, clocks));
     return 0;
 }

@@ -2,9 +2,10 @@
 """Whether the forward's time depends on the shape of the scores, not only on the
 problem: the plain plan on random Q, K against the plain plan on Q, K whose scores fall
 linearly with the distance to the diagonal (as ALiBi makes them: far tiles' P all but
-zero), and the ALiBi plan on random Q, K, in one process (bench/variants_compare.py's
-alternation). Each case then runs on its own for a few seconds while nvidia-smi samples
-the SM clock and the power draw, to tell a data-dependent clock from a slower kernel.
+zero), and the ALiBi and softcap 30 plans on random Q, K, in one process
+(bench/variants_compare.py's alternation). Each case then runs on its own for a few
+seconds while nvidia-smi samples the SM clock and the power draw, to tell a
+data-dependent clock from a slower kernel.
 
     python3 bench/score_shape_compare.py --lib build/libfa2.so
 """
@@ -64,14 +65,16 @@ def shape_case(lib, name, b, s, hq, hkv, d, decay, rounds, iters):
     slopes = torch.rand(hq, device="cuda") * 0.25
     q0, k0 = rand_sets[0][0], rand_sets[0][1]
     plans = {}
-    for key, fields in (("plain", {}), ("alibi", dict(alibi=1))):
+    for key, fields in (("plain", {}), ("alibi", dict(alibi=1)),
+                        ("softcap", dict(softcap=30.0))):
         problem = fa2lib.make_problem(dt, q0.shape, k0.shape, causal=True, lib=lib, **fields)
         plans[key] = lib.plan(problem, q0.device.index)
     ws = torch.empty(max(p.workspace_bytes for p in plans.values()) + 1, dtype=torch.uint8,
                      device="cuda")
     cases = (("plain, random scores", plans["plain"], None, rand_sets),
              (f"plain, scores falling {decay} per key", plans["plain"], None, decay_sets),
-             ("alibi (slopes in [0, 0.25)), random scores", plans["alibi"], slopes, rand_sets))
+             ("alibi (slopes in [0, 0.25)), random scores", plans["alibi"], slopes, rand_sets),
+             ("softcap 30, random scores", plans["softcap"], None, rand_sets))
     runs = [lambda q, k, v, o, p=p, a=a: p.forward_with(q, k, v, o, alibi_slopes=a,
                                                         workspace=ws)
             for _, p, a, _ in cases]

@@ -58,6 +58,19 @@ __global__ void issue_kernel(int groups, int warpgroups, long long *clocks, floa
 #endif
 }
 
+// The median over n blocks of warpgroup 0's clock `which` (0 issued, 1 done).
+long long median_of(const long long *clocks, int n, int which)
+{
+    long long v[1024];
+    for (int i = 0; i < n; ++i) {  // insertion sort: n is the SM count
+        long long x = clocks[i * 4 + which];
+        int j = i;
+        for (; j > 0 && v[j - 1] > x; --j) v[j] = v[j - 1];
+        v[j] = x;
+    }
+    return v[n / 2];
+}
+
 }  // namespace
 
 int main()
@@ -88,27 +101,11 @@ int main()
                 return 1;
             }
             cudaMemcpy(host, clocks, sms * 4 * sizeof(long long), cudaMemcpyDeviceToHost);
-            // warpgroup 0's figures, median over the SMs (insertion sort: small n)
-            long long issued[1024], done[1024];
+            // warpgroup 0's figures, median over the SMs
             const int n = sms < 1024 ? sms : 1024;
-            for (int i = 0; i < n; ++i) {
-                issued[i] = host[i * 4];
-                done[i] = host[i * 4 + 1];
-            }
-            for (int i = 1; i < n; ++i)
-                for (int j = i; j > 0 && issued[j] < issued[j - 1]; --j) {
-                    const long long t = issued[j];
-                    issued[j] = issued[j - 1];
-                    issued[j - 1] = t;
-                }
-            for (int i = 1; i < n; ++i)
-                for (int j = i; j > 0 && done[j] < done[j - 1]; --j) {
-                    const long long t = done[j];
-                    done[j] = done[j - 1];
-                    done[j - 1] = t;
-                }
-            printf("%10d  %6d  %12lld  %10lld  %14.0f\n", warpgroups, groups, issued[n / 2],
-                   done[n / 2], (double)done[n / 2] / groups);
+            const long long issued = median_of(host, n, 0), done = median_of(host, n, 1);
+            printf("%10d  %6d  %12lld  %10lld  %14.0f\n", warpgroups, groups, issued, done,
+                   (double)done / groups);
         }
     }
     delete[] host;

@@ -1,7 +1,7 @@
 // Results per clock and SM of the special-function unit's instructions the score variants
 // use (ex2.approx, tanh.approx) against FFMA, measured in clocks of the SM (clock64), one
-// block of 32 warps per SM, 8 independent chains per thread. Runs on the GPU as the
-// build's bench/fa2_mufu_rate (sm_90a builds).
+// block per SM of 32 warps (or of 4 and 8: one and two per sub-partition), 8 independent
+// chains per thread. Runs on the GPU as the build's bench/fa2_mufu_rate (sm_90a builds).
 #include <cstdint>
 #include <cstdio>
 #include <cuda_runtime.h>
@@ -32,7 +32,7 @@ __device__ __forceinline__ float tanh_f16x2(float x)
 
 __device__ __forceinline__ float ex2_f16x2(float x)
 {
-    uint32_t y;  // (the sign bits cleared and set: inputs stay negative, results in (0, 1])
+    uint32_t y;  // (both halves' sign bits set: inputs negative, results in (0, 1])
     asm volatile("ex2.approx.f16x2 %0, %1;"
                  : "=r"(y)
                  : "r"(__float_as_uint(x) | 0x80008000u));
@@ -109,16 +109,16 @@ int main()
     printf("  ex2.approx.ftz.f32   %6.2f\n", results_per_clock<kEx2>(sms, sink, clocks));
     printf("  tanh.approx.f32      %6.2f\n", results_per_clock<kTanh>(sms, sink, clocks));
     printf("  ex2 and tanh, 1:1    %6.2f\n", results_per_clock<kEx2Tanh>(sms, sink, clocks));
+    printf("  ffma (dependent)     %6.2f\n", results_per_clock<kFfma>(sms, sink, clocks));
     printf("one warp per sub-partition (128 threads per SM):\n");
     printf("  ex2.approx.ftz.f32   %6.2f\n", results_per_clock<kEx2>(sms, sink, clocks, 128));
     printf("  tanh.approx.f32      %6.2f\n", results_per_clock<kTanh>(sms, sink, clocks, 128));
     printf("  ex2 and tanh, 1:1    %6.2f\n", results_per_clock<kEx2Tanh>(sms, sink, clocks, 128));
     printf("two warps per sub-partition (256 threads per SM):\n");
     printf("  ex2 and tanh, 1:1    %6.2f\n", results_per_clock<kEx2Tanh>(sms, sink, clocks, 256));
-    printf("packed (8 warps per sub-partition):\n");
+    printf("packed forms, results (two per instruction), 8 warps per sub-partition:\n");
     printf("  tanh.approx.f16x2    %6.2f\n", results_per_clock<kTanhF16x2>(sms, sink, clocks));
     printf("  ex2.approx.f16x2     %6.2f\n", results_per_clock<kEx2F16x2>(sms, sink, clocks));
     printf("  tanh.approx.bf16x2   %6.2f\n", results_per_clock<kTanhBf16x2>(sms, sink, clocks));
-    printf("  ffma (dependent)     %6.2f\n", results_per_clock<kFfma>(sms, sink, clocks));
     return 0;
 }

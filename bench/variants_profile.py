@@ -66,6 +66,12 @@ def summary(path):
         print(f"profile {name:8s} time {t} ns, issue active "
               f"{value(row, 'smsp__issue_active.avg.pct_of_peak_sustained_active')} %, "
               f"registers {value(row, 'launch__registers_per_thread')}")
+        # (SpeedOfLight's memory figures: whether a kernel is near L2's or DRAM's bound)
+        print(f"profile   memory % of peak: L2 "
+              f"{value(row, 'lts__throughput.avg.pct_of_peak_sustained_elapsed')}, DRAM "
+              f"{value(row, 'dram__throughput.avg.pct_of_peak_sustained_elapsed')}, L1/shared "
+              f"{value(row, 'l1tex__throughput.avg.pct_of_peak_sustained_active')}; SM clock "
+              f"{value(row, 'smsp__cycles_elapsed.avg.per_second')} (ncu's clock control)")
         used = sorted(((value(row, n) or 0.0, n) for n in pipes), reverse=True)[:8]
         print("profile   pipes % of peak: " + ", ".join(
             f"{n.replace('sm__', '').split('.')[0]} {v:.1f}" for v, n in used if v > 0.5))

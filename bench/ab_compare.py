@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import Fa2Forward, alternate, fa2lib, ratio  # noqa: E402
+from sdpa_compare import Fa2Forward, alternate, fa2lib, random_sets, ratio  # noqa: E402
 
 
 def load_binding(directory):
@@ -38,12 +38,8 @@ def load_binding(directory):
 
 def shape_case(libs, dt, b, h, s, d, causal, rounds, iters):
     """libs: [(binding, library)] for this tree and the baseline."""
-    sets, bsets = [], []
-    for _ in range(3):
-        q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-        k = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-        v = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-        sets.append((q, k, v, torch.empty_like(q)))
+    bsets = []
+    sets = random_sets(b, s, s, h, h, d, dt)
     runs = [Fa2Forward(lib, sets[0][0], sets[0][1], causal, binding=binding)
             for binding, lib in libs]
     outs = []

@@ -19,7 +19,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import alternate, fa2lib, load_library, ratio  # noqa: E402
+from sdpa_compare import alternate, fa2lib, load_library, random_sets, ratio  # noqa: E402
 
 
 def decaying_qk(b, s, hq, hkv, d, decay, dt):
@@ -54,14 +54,9 @@ def sampled(fn, seconds):
 
 def shape_case(lib, name, b, s, hq, hkv, d, decay, rounds, iters):
     dt = torch.bfloat16
-    rand_sets, decay_sets = [], []
-    for _ in range(3):
-        q = torch.randn(b, s, hq, d, device="cuda", dtype=dt)
-        k = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
-        v = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
-        rand_sets.append((q, k, v, torch.empty_like(q)))
-        qd, kd = decaying_qk(b, s, hq, hkv, d, decay, dt)
-        decay_sets.append((qd, kd, v, torch.empty_like(q)))
+    rand_sets = random_sets(b, s, s, hq, hkv, d, dt)
+    decay_sets = [decaying_qk(b, s, hq, hkv, d, decay, dt) + (v, torch.empty_like(o))
+                  for _, _, v, o in rand_sets]
     slopes = torch.rand(hq, device="cuda") * 0.25
     q0, k0 = rand_sets[0][0], rand_sets[0][1]
     plans = {}

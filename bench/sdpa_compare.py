@@ -83,6 +83,18 @@ def alternate(fns, sets, rounds, iters, warmup=2, per_fn_sets=False):
     return times
 
 
+def random_sets(b, sq, sk, hq, hkv, d, dt, count=3):
+    """count input sets (q, k, v, o): standard-normal Q, K, V and an empty O, for the
+    timed calls to rotate over (the method's rotated inputs, docs/performance.md)."""
+    sets = []
+    for _ in range(count):
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
+        sets.append((q, k, v, torch.empty_like(q)))
+    return sets
+
+
 def ratio(base, new):
     """median(base) / median(new) of two alternate() rows, and the range of the
     per-round ratios."""
@@ -202,13 +214,7 @@ def main():
               f" | {'bwd fa2':>7} {'flash':>7} {'cudnn':>7} {'fa2/fl':>7} {'fa2/cu':>7} {'err':>8}")
     print(header)
     for dt, b, hq, hkv, s, d, causal in shapes:
-        n_sets = 3
-        sets = []
-        for _ in range(n_sets):
-            q = torch.randn(b, s, hq, d, device="cuda", dtype=dt)
-            k = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
-            v = torch.randn(b, s, hkv, d, device="cuda", dtype=dt)
-            sets.append((q, k, v, torch.empty_like(q)))
+        sets = random_sets(b, s, s, hq, hkv, d, dt)
         fa2 = Fa2Forward(lib, sets[0][0], sets[0][1], causal, args.deterministic)
         q, k, v, o = sets[0]
         o.fill_(float("nan"))

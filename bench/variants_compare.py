@@ -19,7 +19,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import alternate, fa2lib, load_library, ratio, write_csv  # noqa: E402
+from sdpa_compare import (alternate, fa2lib, load_library, random_sets, ratio,  # noqa: E402
+                          write_csv)
 
 # softcap 30 (Grok's) and 50 (Gemma 2's) are at most the largest softcap the Hopper
 # forward offsets by a fixed offset (FA2_MAX_BOUNDED_SOFTCAP), 60 above it: a running
@@ -47,12 +48,7 @@ def plan_with(lib, q, k, causal, **variants):
 def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters, variants, backward):
     """Each variant's forward (and, prefill, backward) over the plain one's."""
     dt = torch.bfloat16
-    sets = []
-    for _ in range(3):
-        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
-        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
-        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dt)
-        sets.append((q, k, v, torch.empty_like(q)))
+    sets = random_sets(b, sq, sk, hq, hkv, d, dt)
     slopes = torch.rand(hq, device="cuda") * 0.25
     schedule = torch.exp2(-8.0 * torch.arange(1, hq + 1, device="cuda") / hq)
     sinks = torch.rand(hq, device="cuda") * 4.0 - 2.0

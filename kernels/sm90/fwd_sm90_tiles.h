@@ -115,10 +115,10 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
 
 /* The overlapped loop's lazy rescale (common/softmax.cuh: update_deferred_biased_lazy):
  * a row keeps its exponent's offset while its maximum grows by at most
- * FA2_LAZY_RESCALE_LOG2, and a warp whose rows all keep theirs skips O's rescale. 1: in the instances with
- * score variants (ALiBi at d = 128: 2-3 % faster on the H200); 2: in the plain ones too
- * (there the readings disagreed, -3 % to +11 %: not a measured gain); 0: nowhere
- * (docs/performance.md, the section named above). */
+ * FA2_LAZY_RESCALE_LOG2, and a warp whose rows all keep theirs skips O's rescale. 1: in
+ * the instances with score variants (ALiBi at d = 128: 2-3 % faster on the H200); 2: in
+ * the plain ones too (there the readings disagreed, -3 % to +11 %: not a measured gain);
+ * 0: nowhere (docs/performance.md, the section named above). */
 #ifndef FA2_SM90_LAZY_RESCALE
 #define FA2_SM90_LAZY_RESCALE 1
 #endif

@@ -191,7 +191,6 @@ __device__ __forceinline__ bool named_barrier_all(int id, int threads, bool pred
     return all != 0;
 }
 
-
 // Hands registers between the warpgroups of a block (sm_90a; every thread of the
 // warpgroup executes it): kRegs per thread from now on.
 template <int kRegs>

@@ -7,11 +7,14 @@
 //            back, so that its warps wait inside the wgmma issue most of the time, as a
 //            forward warpgroup's do in its issue phase;
 //   paced    issues 4 of them (about 270 clocks, within the queue), waits for them
-//            (wgmma.wait_group), again: the tensor cores nearly as busy, no warp held at
-//            an issue;
+//            (wgmma.wait_group), again: no warp held at an issue, but the tensor cores
+//            idle at each drain;
 //   blocked-rs  as blocked with A from registers (P V's form);
 //   blocked-n64  as blocked with m64n64k16 (the same tensor work in twice the
 //            instructions);
+//   pipelined-2, pipelined-4  groups of 2 (4) products, a new group issued only once at
+//            most one is still in flight (wgmma.wait_group 1): the warps wait at the
+//            wait, not at an issue (groups of 4 keep the tensor cores fed, of 2 do not);
 //   same     runs the worker's loop too (the two softmax phases side by side).
 // Median over the SMs, one block per SM. Runs on the GPU as the build's
 // bench/fa2_issue_neighbour (sm_90a builds).
@@ -28,9 +31,20 @@ namespace {
 constexpr int kRows = 64, kKeys = 128, kDim = 128;
 constexpr int kTileBytes = (kRows + kKeys) * kDim * 2;  // A, B
 constexpr int kValues = 64;                              // a thread's scores per tile
-enum Issuer { kIdle, kBlocked, kPaced, kBlockedRs, kBlockedN64, kSame, kIssuers };
-const char *const kIssuerNames[kIssuers] = {"idle",       "blocked",     "paced",
-                                            "blocked-rs", "blocked-n64", "same"};
+enum Issuer {
+    kIdle,
+    kBlocked,
+    kPaced,
+    kBlockedRs,
+    kBlockedN64,
+    kPipelined2,
+    kPipelined4,
+    kSame,
+    kIssuers
+};
+const char *const kIssuerNames[kIssuers] = {"idle",        "blocked",     "paced",
+                                            "blocked-rs",  "blocked-n64", "pipelined-2",
+                                            "pipelined-4", "same"};
 enum Work { kSoftcapChain, kEx2Chain, kFfmaOnly, kWorks };
 const char *const kWorkNames[kWorks] = {"softcap chain", "ex2 chain", "FFMA only"};
 
@@ -100,6 +114,36 @@ __device__ float issue_blocked(uint32_t a_tile, uint32_t b_tile, int groups, int
     return out;
 }
 
+// `products` m64n128k16 (operands in shared memory) in groups of kChunk, each group
+// issued once at most one earlier group is in flight.
+template <int kChunk>
+__device__ float issue_pipelined(uint32_t a_tile, uint32_t b_tile, int products)
+{
+    float out = 0.f;
+#if defined(FA2_SM90A)
+    const uint64_t a_desc = fa2::desc_k_major<kRows>(a_tile, 0, 0);
+    const uint64_t b_desc = fa2::desc_k_major<kKeys>(b_tile, 0, 0);
+    float acc[kKeys / 8][4];
+    for (int g = 0; g < products / kChunk; ++g) {
+        if (g >= 2) fa2::wgmma_wait<1>();
+        fa2::wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+            const int kk = (g * kChunk + c) % (kDim / 16);
+            fa2::wgmma_ss<__nv_bfloat16, 0, 0>(acc, a_desc + fa2::k_major_step<kRows>(kk),
+                                               b_desc + fa2::k_major_step<kKeys>(kk),
+                                               g > 0 || c > 0);
+        }
+        fa2::wgmma_commit();
+    }
+    fa2::wgmma_wait<0>();
+    fa2::reg_fence(acc);
+#pragma unroll
+    for (int i = 0; i < kKeys / 8; ++i) out += acc[i][0];
+#endif
+    return out;
+}
+
 // clocks[block]: the worker's loop; tensor[block]: the issuer's clocks to its last product.
 template <int kWork, int issuer>
 __global__ void neighbour_kernel(int rounds, int groups, long long *clocks, long long *tensor,
@@ -128,6 +172,12 @@ __global__ void neighbour_kernel(int rounds, int groups, long long *clocks, long
             out = issue_blocked<64, false>(a_tile, b_tile, groups * 2, tid);
         else
             out = issue_blocked<kKeys, issuer == kBlockedRs>(a_tile, b_tile, groups, tid);
+        const long long t1 = clock64();
+        if (tid == 0) tensor[blockIdx.x] = t1 - t0;
+    } else if constexpr (issuer == kPipelined2 || issuer == kPipelined4) {
+        const uint32_t a_tile = base, b_tile = base + kRows * kDim * 2;
+        const long long t0 = clock64();
+        out = issue_pipelined<issuer == kPipelined2 ? 2 : 4>(a_tile, b_tile, groups * 8);
         const long long t1 = clock64();
         if (tid == 0) tensor[blockIdx.x] = t1 - t0;
     } else if constexpr (issuer == kPaced) {
@@ -187,8 +237,9 @@ void launch_issuer(int issuer, int sms, int smem, int rounds, int groups, long l
                    long long *tensor, float *sink)
 {
     void (*const by_issuer[kIssuers])(int, int, int, int, long long *, long long *, float *) = {
-        launch<kWork, kIdle>,         launch<kWork, kBlocked>,    launch<kWork, kPaced>,
-        launch<kWork, kBlockedRs>,    launch<kWork, kBlockedN64>, launch<kWork, kSame>};
+        launch<kWork, kIdle>,        launch<kWork, kBlocked>,    launch<kWork, kPaced>,
+        launch<kWork, kBlockedRs>,   launch<kWork, kBlockedN64>, launch<kWork, kPipelined2>,
+        launch<kWork, kPipelined4>,  launch<kWork, kSame>};
     by_issuer[issuer](sms, smem, rounds, groups, clocks, tensor, sink);
 }
 

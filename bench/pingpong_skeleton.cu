@@ -55,7 +55,10 @@ __device__ __forceinline__ void store_p(uint32_t p_tile, const float (&s)[kNT][4
 // about 240 with two (a 256-thread bound), 160 with three (a 384-thread bound: 168).
 // kPoly > 0: the bounded softcap's exp2 of every kPoly-th n8 tile on the FMA pipe.
 // kTurns = false: the warpgroups issue when ready, without taking turns.
-template <int kWarpgroups, int kSoftmax, bool kPSmem, int kPoly, bool kTurns>
+// kPaced: S and P V issued as groups of 2 products, a group only once at most one of the
+// warpgroup's earlier groups is in flight (its warps wait at wgmma.wait_group, not at
+// an issue the tensor cores cannot take yet); P V from registers only.
+template <int kWarpgroups, int kSoftmax, bool kPSmem, int kPoly, bool kTurns, bool kPaced>
 __global__ void __launch_bounds__(kWarpgroups == 2 ? 256 : 384, 1)
     skeleton_kernel(int tiles, long long *clocks, float *sink)
 {
@@ -111,6 +114,33 @@ __global__ void __launch_bounds__(kWarpgroups == 2 ? 256 : 384, 1)
         }
         fa2::wgmma_commit();
     };
+    // groups of 2: S's four, then (with_pv) P V's four
+    const auto issue_paced = [&](float (&s)[kNT][4], bool with_pv) {
+        const uint64_t q_desc =
+            fa2::desc_k_major<L::kQRows>(fa2::opaque(base + L::kQ), wg * 64, 0);
+        const uint64_t k_desc = fa2::desc_k_major<kKeys>(fa2::opaque(base + L::kK), 0, 0);
+        const uint64_t v_desc = fa2::desc_mn_major<kKeys>(fa2::opaque(base + L::kV), 0);
+#pragma unroll
+        for (int g = 0; g < kDim / 32; ++g) {
+            if (g >= 2) fa2::wgmma_wait<1>();
+            fa2::wgmma_fence();
+#pragma unroll
+            for (int kk = 2 * g; kk < 2 * g + 2; ++kk)
+                fa2::wgmma_ss<__nv_bfloat16, 0, 0>(s, q_desc + fa2::k_major_step<L::kQRows>(kk),
+                                                   k_desc + fa2::k_major_step<kKeys>(kk), kk > 0);
+            fa2::wgmma_commit();
+        }
+        if (!with_pv) return;
+#pragma unroll
+        for (int g = 0; g < kKeys / 32; ++g) {
+            fa2::wgmma_wait<1>();
+            fa2::wgmma_fence();
+#pragma unroll
+            for (int kk = 2 * g; kk < 2 * g + 2; ++kk)
+                fa2::wgmma_rs<__nv_bfloat16, 1>(o, pa[kk], v_desc + fa2::mn_major_step(kk), 1);
+            fa2::wgmma_commit();
+        }
+    };
     const auto softmax = [&](float (&s)[kNT][4]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -157,7 +187,10 @@ __global__ void __launch_bounds__(kWarpgroups == 2 ? 256 : 384, 1)
     {
         float s[kNT][4];
         take_turn();
-        issue_s(s);
+        if constexpr (kPaced)
+            issue_paced(s, false);
+        else
+            issue_s(s);
         pass_turn();
         fa2::wgmma_wait<0>();
         fa2::reg_fence(s);
@@ -167,10 +200,14 @@ __global__ void __launch_bounds__(kWarpgroups == 2 ? 256 : 384, 1)
     for (int j = 1; j < tiles; ++j) {
         float s[kNT][4];
         take_turn();
-        issue_s(s);
-        issue_pv();
+        if constexpr (kPaced) {
+            issue_paced(s, true);
+        } else {
+            issue_s(s);
+            issue_pv();
+        }
         pass_turn();
-        fa2::wgmma_wait<1>();
+        fa2::wgmma_wait<kPaced ? kKeys / 32 : 1>();  // S done, P V may be in flight
         fa2::reg_fence(s);
         softmax(s);
         fa2::wgmma_wait<0>();
@@ -212,10 +249,12 @@ long long median(const long long *x, int n, int stride, int offset)
     return v[n / 2];
 }
 
-template <int kWarpgroups, int kSoftmax, bool kPSmem, int kPoly = 0, bool kTurns = true>
+template <int kWarpgroups, int kSoftmax, bool kPSmem, int kPoly = 0, bool kTurns = true,
+          bool kPaced = false>
 int run(int sms, int tiles, long long *clocks, float *sink)
 {
-    const auto kernel = skeleton_kernel<kWarpgroups, kSoftmax, kPSmem, kPoly, kTurns>;
+    static_assert(!kPaced || !kPSmem, "the paced issue takes P V's A from registers");
+    const auto kernel = skeleton_kernel<kWarpgroups, kSoftmax, kPSmem, kPoly, kTurns, kPaced>;
     const int smem = Layout<kWarpgroups>::kBytes + 1024;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     for (int rep = 0; rep < 2; ++rep)  // the first is a warm-up
@@ -230,9 +269,9 @@ int run(int sms, int tiles, long long *clocks, float *sink)
     // clocks per tile of one warpgroup = the loop's period over the block's tiles:
     // each warpgroup runs `tiles` tiles, the block kWarpgroups * tiles
     const double per_wg_tile = (double)median(host, n, 4, 0) / tiles;
-    printf("%10d  %-5s  %-15s  %9d  %-9s  %16.0f  %15.0f  %9.2f\n", kWarpgroups,
-           kTurns ? "yes" : "no", kSoftmax == kPlain ? "plain" : "bounded softcap", kPoly,
-           kPSmem ? "shared" : "registers",
+    printf("%10d  %-7s  %-5s  %-15s  %9d  %-9s  %16.0f  %15.0f  %9.2f\n", kWarpgroups,
+           kPaced ? "paced" : "at once", kTurns ? "yes" : "no",
+           kSoftmax == kPlain ? "plain" : "bounded softcap", kPoly, kPSmem ? "shared" : "registers",
            per_wg_tile, per_wg_tile / kWarpgroups, 1024.0 / (per_wg_tile / kWarpgroups));
     return 0;
 }
@@ -253,7 +292,8 @@ int main()
     const int tiles = 64;
     printf("%d tiles per warpgroup, median over %d SMs, SM clocks; tensor cores busy: 1024\n"
            "clocks of products per block tile at peak\n", tiles, sms);
-    printf("%10s  %-5s  %-15s  %9s  %-9s  %16s  %15s  %9s\n", "warpgroups", "turns", "softmax",
+    printf("%10s  %-7s  %-5s  %-15s  %9s  %-9s  %16s  %15s  %9s\n", "warpgroups", "issue",
+           "turns", "softmax",
            "poly exp2", "P V's A", "per warpgroup tile", "per block tile", "tensor busy");
     int rc = 0;
     rc |= run<2, kPlain, false>(sms, tiles, clocks, sink);
@@ -272,5 +312,9 @@ int main()
     rc |= run<2, kBoundedSoftcap, false, 4, false>(sms, tiles, clocks, sink);
     rc |= run<2, kBoundedSoftcap, false, 8, false>(sms, tiles, clocks, sink);
     rc |= run<2, kPlain, false, 0, false>(sms, tiles, clocks, sink);
+    rc |= run<2, kPlain, false, 0, true, true>(sms, tiles, clocks, sink);
+    rc |= run<2, kBoundedSoftcap, false, 0, true, true>(sms, tiles, clocks, sink);
+    rc |= run<2, kPlain, false, 0, false, true>(sms, tiles, clocks, sink);
+    rc |= run<2, kBoundedSoftcap, false, 0, false, true>(sms, tiles, clocks, sink);
     return rc;
 }

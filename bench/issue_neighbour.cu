@@ -77,10 +77,11 @@ __device__ float worker_loop(int rounds, int tid)
     return sum;
 }
 
-// `groups` groups of 8 x m64nNk16 back to back, B from shared memory, A from shared
-// memory (K-major B, as S) or from registers (MN-major B, as P V).
-template <int kN, bool kRs>
-__device__ float issue_blocked(uint32_t a_tile, uint32_t b_tile, int groups, int tid)
+// `groups` x 8 m64nNk16, B from shared memory, A from shared memory (K-major B, as S) or
+// from registers (MN-major B, as P V), committed in groups of kChunk products: back to
+// back (kPipelined false), or each group only once at most one earlier one is in flight.
+template <int kN, bool kRs, int kChunk = 8, bool kPipelined = false>
+__device__ float issue_products(uint32_t a_tile, uint32_t b_tile, int groups, int tid)
 {
     float out = 0.f;
 #if defined(FA2_SM90A)
@@ -92,17 +93,19 @@ __device__ float issue_blocked(uint32_t a_tile, uint32_t b_tile, int groups, int
 #pragma unroll
     for (int kk = 0; kk < kDim / 16; ++kk)
         pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0x3c233c23u + tid;
-    for (int g = 0; g < groups; ++g) {
+    for (int g = 0; g < groups * 8 / kChunk; ++g) {
+        if (kPipelined && g >= 2) fa2::wgmma_wait<1>();
         fa2::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kDim / 16; ++kk) {
+        for (int c = 0; c < kChunk; ++c) {
+            const int kk = (g * kChunk + c) % (kDim / 16);
             if constexpr (kRs)
                 fa2::wgmma_rs<__nv_bfloat16, 1>(acc, pa[kk], v_desc + fa2::mn_major_step(kk),
-                                                g > 0 || kk > 0);
+                                                g > 0 || c > 0);
             else
                 fa2::wgmma_ss<__nv_bfloat16, 0, 0>(acc, a_desc + fa2::k_major_step<kRows>(kk),
                                                    b_desc + fa2::k_major_step<kN>(kk),
-                                                   g > 0 || kk > 0);
+                                                   g > 0 || c > 0);
         }
         fa2::wgmma_commit();
     }
@@ -110,36 +113,6 @@ __device__ float issue_blocked(uint32_t a_tile, uint32_t b_tile, int groups, int
     fa2::reg_fence(acc);
 #pragma unroll
     for (int i = 0; i < kN / 8; ++i) out += acc[i][0];
-#endif
-    return out;
-}
-
-// `products` m64n128k16 (operands in shared memory) in groups of kChunk, each group
-// issued once at most one earlier group is in flight.
-template <int kChunk>
-__device__ float issue_pipelined(uint32_t a_tile, uint32_t b_tile, int products)
-{
-    float out = 0.f;
-#if defined(FA2_SM90A)
-    const uint64_t a_desc = fa2::desc_k_major<kRows>(a_tile, 0, 0);
-    const uint64_t b_desc = fa2::desc_k_major<kKeys>(b_tile, 0, 0);
-    float acc[kKeys / 8][4];
-    for (int g = 0; g < products / kChunk; ++g) {
-        if (g >= 2) fa2::wgmma_wait<1>();
-        fa2::wgmma_fence();
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-            const int kk = (g * kChunk + c) % (kDim / 16);
-            fa2::wgmma_ss<__nv_bfloat16, 0, 0>(acc, a_desc + fa2::k_major_step<kRows>(kk),
-                                               b_desc + fa2::k_major_step<kKeys>(kk),
-                                               g > 0 || c > 0);
-        }
-        fa2::wgmma_commit();
-    }
-    fa2::wgmma_wait<0>();
-    fa2::reg_fence(acc);
-#pragma unroll
-    for (int i = 0; i < kKeys / 8; ++i) out += acc[i][0];
 #endif
     return out;
 }
@@ -169,15 +142,16 @@ __global__ void neighbour_kernel(int rounds, int groups, long long *clocks, long
         const uint32_t a_tile = base, b_tile = base + kRows * kDim * 2;
         const long long t0 = clock64();
         if constexpr (issuer == kBlockedN64)
-            out = issue_blocked<64, false>(a_tile, b_tile, groups * 2, tid);
+            out = issue_products<64, false>(a_tile, b_tile, groups * 2, tid);
         else
-            out = issue_blocked<kKeys, issuer == kBlockedRs>(a_tile, b_tile, groups, tid);
+            out = issue_products<kKeys, issuer == kBlockedRs>(a_tile, b_tile, groups, tid);
         const long long t1 = clock64();
         if (tid == 0) tensor[blockIdx.x] = t1 - t0;
     } else if constexpr (issuer == kPipelined2 || issuer == kPipelined4) {
         const uint32_t a_tile = base, b_tile = base + kRows * kDim * 2;
         const long long t0 = clock64();
-        out = issue_pipelined<issuer == kPipelined2 ? 2 : 4>(a_tile, b_tile, groups * 8);
+        out = issue_products<kKeys, false, issuer == kPipelined2 ? 2 : 4, true>(a_tile, b_tile,
+                                                                                groups, tid);
         const long long t1 = clock64();
         if (tid == 0) tensor[blockIdx.x] = t1 - t0;
     } else if constexpr (issuer == kPaced) {

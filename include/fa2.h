@@ -79,8 +79,8 @@ typedef enum fa2_status_t {
 /* Limits that fa2_plan enforces (every accepted value runs correctly; see
  * docs/reliability.md, "Limits"). Sequence lengths: the kernels sum a row's keys (and,
  * in the backward, a key's query rows) in fp32 tensor-core accumulators, whose error
- * grows with the count (measured: within 1e-2 up to 2^22 terms of random data, 16x off
- * at 2^30); the bound also keeps every row, key and window sum in 32 bits. The softmax
+ * grows with the count (docs/reliability.md gives the measurement behind the bound);
+ * the bound also keeps every row, key and window sum in 32 bits. The softmax
  * scale is bounded so that scale * log2(e) * Q.K of fp16 inputs (|Q.K| <= 65504^2 *
  * 256) stays finite. */
 #define FA2_MAX_SEQLEN 4194304            /* 2^22: seqlen_q, seqlen_k */
@@ -246,15 +246,8 @@ typedef struct fa2_problem_t {
  * device, lists each sequence's pages in order: key j of sequence b is row j % page_size of
  * page page_table[b * pages_per_seq + j / page_size]. seqused_k gives each sequence's key
  * count (cu_seqlens_k is not read). Pages may be shared between sequences and come in any
- * order; any page size runs. On the Hopper kernels at head_dim 97..128 with softcap off,
- * or bf16 with a softcap of at most 50 and no ALiBi, a warpgroup of each block copies the
- * pages (plan->block_m 128): at head_dim 128 every page size ran at 0.96-1.01x the speed
- * of contiguous K/V (docs/performance.md). Other
- * Hopper cases are fastest with page_size 32, 64 or a multiple of 128 at head_dim <= 128,
- * 32 or a multiple of 64 at head_dim 256 (pages nest with the key tiles): the copy engine
- * then reads whole pages. Everywhere, fastest when each page stride is a whole number of
- * row strides, the same for K and V (the layout above, or K and V interleaved per page);
- * other strides run on a slower path. A page id of a
+ * order; any page size and any page stride run (which layouts run fastest:
+ * docs/performance.md, "Paged KV cache"). A page id of a
  * sequence's keys outside [0, num_pages) fails its check (FA2_VARLEN_PAGE_ID). Forward
  * only (plan->bwd_status = FA2_ERROR_UNSUPPORTED). */
 
@@ -292,6 +285,26 @@ typedef enum fa2_varlen_check_t {
 FA2_API void fa2_problem_init(fa2_problem_t *problem, fa2_dtype_t dtype, int64_t batch,
                               int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
                               int64_t heads_kv, int64_t head_dim);
+
+/* fa2_problem_init for a packed variable-length batch: at most `batch` sequences, the
+ * longest max_seqlen_q queries and max_seqlen_k keys, Q and O contiguous [total_q,
+ * heads_q, head_dim], K and V contiguous [total_k, heads_kv, head_dim] (every batch
+ * stride 0), other fields as fa2_problem_init sets them. Does not validate. A NULL
+ * `problem` is a harmless no-op. */
+FA2_API void fa2_problem_init_varlen(fa2_problem_t *problem, fa2_dtype_t dtype,
+                                     int64_t batch, int64_t max_seqlen_q,
+                                     int64_t max_seqlen_k, int64_t total_q, int64_t total_k,
+                                     int64_t heads_q, int64_t heads_kv, int64_t head_dim);
+
+/* fa2_problem_init_varlen with a paged K/V cache: K and V contiguous [num_pages,
+ * page_size, heads_kv, head_dim] (k/v_batch_stride the page stride), total_k = 0, and
+ * pages_per_seq page-table entries per sequence. Does not validate. A NULL `problem` is
+ * a harmless no-op. */
+FA2_API void fa2_problem_init_paged(fa2_problem_t *problem, fa2_dtype_t dtype,
+                                    int64_t batch, int64_t max_seqlen_q,
+                                    int64_t max_seqlen_k, int64_t total_q, int64_t heads_q,
+                                    int64_t heads_kv, int64_t head_dim, int64_t page_size,
+                                    int64_t num_pages, int64_t pages_per_seq);
 
 /* ---------------------------------------------------------------------------------
  * Plan: what fa2_plan chose, and why.
@@ -528,9 +541,8 @@ FA2_API fa2_status_t fa2_cache_write(const fa2_plan_t *plan, const void *k_new,
  * plan->problem.deterministic = 0 (default): dQ is accumulated with fp32 atomics in
  * the workspace, so dQ may differ in its last bits from run to run (dK and dV never
  * do). deterministic = 1: no atomics, dQ from a kernel of its own; bit-identical
- * results run to run, at a cost in speed (docs/performance.md). Exception: on sm_90
- * with head dims above 192 (bwd_arch 90) both modes take the dQ-kernel route, which is
- * the faster one there. The workspace size depends on the route (no accumulator on the
+ * results run to run, usually slower. Exception: on sm_90 with head dims above 192
+ * (bwd_arch 90) both modes take the dQ-kernel route. The workspace size depends on the route (no accumulator on the
  * dQ-kernel route).
  * The same plan, device and pending-error rules as fa2_forward; dq, dk, dv and the
  * workspace must overlap neither each other nor any input (FA2_ERROR_OVERLAP).

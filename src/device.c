@@ -13,6 +13,13 @@ static fa2_status_t get_attr(int device, enum cudaDeviceAttr attr, const char *n
     return FA2_SUCCESS;
 }
 
+/* 1 when no CUDA driver is loaded at all (cudaDriverGetVersion then reports 0). */
+static int no_driver(void)
+{
+    int version = 0;
+    return cudaDriverGetVersion(&version) == cudaSuccess && version == 0;
+}
+
 fa2_status_t fa2_device_info_query(int device, fa2_device_info_t *info)
 {
     fa2_device_info_t out = {0};
@@ -25,6 +32,14 @@ fa2_status_t fa2_device_info_query(int device, fa2_device_info_t *info)
         return fa2_fail(FA2_ERROR_NULL_POINTER, "info is NULL");
     /* No driver, no device, or a driver too old for this runtime. */
     e = cudaGetDeviceCount(&count);
+    /* Without any driver the runtime also says "insufficient driver"; the driver
+     * version (0 when none is loaded) tells the two apart. */
+    if (e == cudaErrorInsufficientDriver && no_driver())
+        return fa2_fail(FA2_ERROR_NO_DEVICE, "no NVIDIA driver found (libcuda.so.1 cannot be "
+                        "loaded): this machine has no usable NVIDIA GPU");
+    if (e == cudaErrorNoDevice)
+        return fa2_fail(FA2_ERROR_NO_DEVICE, "no CUDA device: the NVIDIA driver sees no GPU "
+                        "(cudaGetDeviceCount: %s)", cudaGetErrorName(e));
     if (e != cudaSuccess)
         return fa2_fail(FA2_ERROR_NO_DEVICE, "cudaGetDeviceCount: %s (%s)",
                         cudaGetErrorString(e), cudaGetErrorName(e));

@@ -49,3 +49,39 @@ void fa2_problem_init(fa2_problem_t *problem, fa2_dtype_t dtype, int64_t batch,
     p.o_batch_stride = p.q_batch_stride;
     *problem = p;
 }
+
+void fa2_problem_init_varlen(fa2_problem_t *problem, fa2_dtype_t dtype, int64_t batch,
+                             int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t total_q,
+                             int64_t total_k, int64_t heads_q, int64_t heads_kv,
+                             int64_t head_dim)
+{
+    fa2_problem_t p;
+    if (!problem)
+        return;
+    fa2_problem_init(&p, dtype, batch, max_seqlen_q, max_seqlen_k, heads_q, heads_kv,
+                     head_dim);
+    /* Packed rows: [total, heads, head_dim], no batch stride. */
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+    p.total_q = total_q;
+    p.total_k = total_k;
+    *problem = p;
+}
+
+void fa2_problem_init_paged(fa2_problem_t *problem, fa2_dtype_t dtype, int64_t batch,
+                            int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t total_q,
+                            int64_t heads_q, int64_t heads_kv, int64_t head_dim,
+                            int64_t page_size, int64_t num_pages, int64_t pages_per_seq)
+{
+    fa2_problem_t p;
+    if (!problem)
+        return;
+    fa2_problem_init_varlen(&p, dtype, batch, max_seqlen_q, max_seqlen_k, total_q, 0,
+                            heads_q, heads_kv, head_dim);
+    /* K and V: [num_pages, page_size, heads_kv, head_dim]; the batch stride is the page's. */
+    p.k_batch_stride = fa2_stride_product(page_size, p.k_seq_stride);
+    p.v_batch_stride = p.k_batch_stride;
+    p.page_size = page_size;
+    p.num_pages = num_pages;
+    p.pages_per_seq = pages_per_seq;
+    *problem = p;
+}

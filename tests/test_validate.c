@@ -748,6 +748,36 @@ static void test_paged_batch(void **state)
                FA2_ERROR_UNSUPPORTED, "not paged");
 }
 
+/* fa2_problem_init_varlen / _paged make exactly the problems the tests above build by
+ * hand, and fa2_plan accepts them. */
+static void test_layout_init_helpers(void **state)
+{
+    fa2_problem_t want = packed(), got;
+    fa2_device_info_t d = h200();
+    (void)state;
+    memset(&got, 0xAB, sizeof got);
+    fa2_problem_init_varlen(&got, FA2_DTYPE_BF16, want.batch, want.seqlen_q, want.seqlen_k,
+                            want.total_q, want.total_k, want.heads_q, want.heads_kv,
+                            want.head_dim);
+    assert_memory_equal(&got, &want, sizeof got);
+    EXPECT_OK(&got, &d);
+
+    want.total_k = 0;
+    want.page_size = 16;
+    want.num_pages = 1000;
+    want.pages_per_seq = (want.seqlen_k + 15) / 16;
+    want.k_batch_stride = want.v_batch_stride = 16 * want.k_seq_stride;
+    memset(&got, 0xAB, sizeof got);
+    fa2_problem_init_paged(&got, FA2_DTYPE_BF16, want.batch, want.seqlen_q, want.seqlen_k,
+                           want.total_q, want.heads_q, want.heads_kv, want.head_dim, 16, 1000,
+                           want.pages_per_seq);
+    assert_memory_equal(&got, &want, sizeof got);
+    EXPECT_OK(&got, &d);
+
+    fa2_problem_init_varlen(NULL, FA2_DTYPE_BF16, 1, 1, 1, 1, 1, 1, 1, 64); /* no-op */
+    fa2_problem_init_paged(NULL, FA2_DTYPE_BF16, 1, 1, 1, 1, 1, 1, 64, 16, 1, 1);
+}
+
 static void test_forward_struct_size(void **state)
 {
     fa2_plan_t pl = valid_plan();
@@ -829,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_forward_null),
         cmocka_unit_test(test_packed_batch),
         cmocka_unit_test(test_paged_batch),
+        cmocka_unit_test(test_layout_init_helpers),
         cmocka_unit_test(test_forward_struct_size),
         cmocka_unit_test(test_forward_misaligned),
         cmocka_unit_test(test_forward_workspace),

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The one script for the GPU machine: configure (Ninja, sm_90a only), build, full ctest,
-# the demo, fa2_bench, and a short summary printed LAST. Run from the repo root, with
-# cmocka's .deb files in .deps/ (../shared/tools/fetch-cmocka.sh puts them there):
+# the demo, python -m libfa2, fa2_bench, and a short summary printed LAST. Run from the
+# repo root. A GPU machine without a package registry needs cmocka's .deb files in
+# .deps/ (on a machine with one: `mkdir -p .deps && cd .deps && apt-get download
+# libcmocka0 libcmocka-dev`), carried along:
 #
 #   device run, carry [".deps"]:  bash bench/gpu_check.sh
 #
@@ -15,7 +17,7 @@
 #   FA2_BASELINE=DIR also build the libfa2 sources in DIR (an older commit's
 #                    `git archive REV CMakeLists.txt cmake include kernels src python` in
 #                    an ignored folder, carried to the device; delete it after the run,
-#                    it holds an older binding) and run bench/ab_compare.py:
+#                    it holds an older binding) and run bench/lab/ab_compare.py:
 #                    this tree's library against that one in one process, forward and
 #                    backward per shape (FA2_AB_ARGS: its extra arguments); ab.log, ab.csv
 #   FA2_SKIP_AB=1    with FA2_BASELINE: build it (for the steps below that take it) but
@@ -39,7 +41,7 @@
 #                    with FA2_BASELINE, A/B against the baseline); combine.log
 #   FA2_VARIANTS=1   also run bench/variants_compare.py (each score variant's forward
 #                    and backward against the plain plan's); variants.log
-#   FA2_PROFILE=1    also run Nsight Compute over bench/variants_profile.py (the plain,
+#   FA2_PROFILE=1    also run Nsight Compute over bench/lab/variants_profile.py (the plain,
 #                    softcap and ALiBi forward kernels, d = 128, 8k causal): every
 #                    metric of its sections as CSV, ncu-variants.csv
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
@@ -70,7 +72,7 @@ run_step() {
 }
 
 unpack_cmocka() {
-    ls .deps/*.deb >/dev/null 2>&1 || { echo "no .deps/*.deb: run ../shared/tools/fetch-cmocka.sh and carry .deps"; return 1; }
+    ls .deps/*.deb >/dev/null 2>&1 || { echo "no .deps/*.deb: apt-get download libcmocka0 libcmocka-dev into .deps/"; return 1; }
     mkdir -p /opt/cmocka
     for f in .deps/*.deb; do dpkg -x "$f" /opt/cmocka || return 1; done
     echo "cmocka unpacked into /opt/cmocka"
@@ -153,6 +155,8 @@ fi
 
 : >"$OUT/demo.log"
 run_step demo "$OUT/demo.log" "$BUILD/examples/fa2_demo"
+run_step python-m-libfa2 "$OUT/demo.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
+    PYTHONPATH="$PWD/python" python3 -m libfa2
 
 if [ "${FA2_SKIP_BENCH:-0}" != 1 ]; then
     : >"$OUT/bench.log"
@@ -163,14 +167,14 @@ fi
 
 if [ -n "${FA2_BASELINE:-}" ] && [ "${FA2_SKIP_AB:-0}" != 1 ]; then
     # shellcheck disable=SC2086
-    run_step ab "$OUT/ab.log" python3 bench/ab_compare.py --lib "$BUILD/libfa2.so" \
+    run_step ab "$OUT/ab.log" python3 bench/lab/ab_compare.py --lib "$BUILD/libfa2.so" \
         --base build-baseline/libfa2.so --base-binding "$FA2_BASELINE/python/libfa2" \
         --csv "$OUT/ab.csv" ${FA2_AB_ARGS:-}
     if [ "${FA2_AB_NOISE:-0}" = 1 ]; then
         : >"$OUT/ab-noise.log"
         cp "$BUILD/libfa2.so" build-baseline/libfa2-copy.so
         # shellcheck disable=SC2086
-        run_step ab-noise "$OUT/ab-noise.log" python3 bench/ab_compare.py --lib "$BUILD/libfa2.so" \
+        run_step ab-noise "$OUT/ab-noise.log" python3 bench/lab/ab_compare.py --lib "$BUILD/libfa2.so" \
             --base build-baseline/libfa2-copy.so ${FA2_AB_ARGS:-}
     fi
 fi
@@ -209,8 +213,8 @@ if [ "${FA2_PROFILE:-0}" = 1 ]; then
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
         --section InstructionStats --section LaunchStats --section Occupancy \
         --page raw --csv --log-file "$OUT/ncu-variants.csv" \
-        python3 bench/variants_profile.py --lib "$BUILD/libfa2.so"
-    python3 bench/variants_profile.py --summary "$OUT/ncu-variants.csv" >>"$OUT/profile.log" 2>&1
+        python3 bench/lab/variants_profile.py --lib "$BUILD/libfa2.so"
+    python3 bench/lab/variants_profile.py --summary "$OUT/ncu-variants.csv" >>"$OUT/profile.log" 2>&1
 fi
 
 if [ "${FA2_VARIANTS:-0}" = 1 ]; then
@@ -226,7 +230,7 @@ fi
     echo "date:   $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "gpu:    $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
     echo "nvcc:   $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
-    echo "tree:   $(bash bench/tree_hash.sh 2>/dev/null || echo '?') (bench/tree_hash.sh; git HEAD here: $(git rev-parse --short HEAD 2>/dev/null || echo 'none'), possibly stale)"
+    echo "tree:   $(bash bench/lab/tree_hash.sh 2>/dev/null || echo '?') (bench/lab/tree_hash.sh; git HEAD here: $(git rev-parse --short HEAD 2>/dev/null || echo 'none'), possibly stale)"
     echo "args:   FA2_CTEST_ARGS='${FA2_CTEST_ARGS:-}' FA2_BENCH_ARGS='${FA2_BENCH_ARGS:-}' FA2_SKIP_BENCH='${FA2_SKIP_BENCH:-0}' FA2_SDPA='${FA2_SDPA:-0}'"
     echo "build:  $build_time"
     # "100% tests passed, 0 tests failed out of 6" or (newer CMake) "100% tests passed out of 6"
@@ -241,6 +245,7 @@ fi
         echo "ctest:  did not run to the end (see ctest.log)"
     fi
     echo "demo:   $(grep -E '^fa2_demo: ' "$OUT/demo.log" 2>/dev/null | tail -1 || true)"
+    echo "python: $(grep -E '^check: ' "$OUT/demo.log" 2>/dev/null | tail -1 || echo 'python -m libfa2: no check line')"
     grep -E 'causal (on|off) .*TFLOP/s' "$OUT/demo.log" 2>/dev/null | sed 's/^ */        /'
     if [ -s "$OUT/bench.csv" ]; then
         grep -hE '^(spot|backward) check|^backward: ' "$OUT/bench.log" | sed 's/^/bench:  /'

@@ -10,7 +10,7 @@ median(base time) / median(lib time), i.e. lib speed over base speed, and `sprea
 the range of the per-round ratios. A second copy of --lib can stand in for --base to
 measure the harness's own noise.
 
-    python3 bench/ab_compare.py --lib build/libfa2.so --base old/libfa2.so [--csv f]
+    python3 bench/lab/ab_compare.py --lib build/libfa2.so --base old/libfa2.so [--csv f]
 """
 import argparse
 import os
@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from sdpa_compare import Fa2Forward, alternate, fa2lib, random_sets, ratio  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 """What a compiled attention kernel of the same GPU pays for logit softcap: PyTorch's
 FlexAttention (Triton) with and without `cap * tanh(s / cap)` as its score_mod, on
 variants_compare's 2 x 8k causal shape (16 heads, d = 128, bf16). Prints each time and the
-ratio, for docs/performance.md beside libfa2's own softcap-over-plain ratio."""
+ratio, for docs/history/performance-log.md beside libfa2's own softcap-over-plain ratio."""
 import argparse
 import statistics
 

@@ -17,7 +17,7 @@
 //            wait, not at an issue (groups of 4 keep the tensor cores fed, of 2 do not);
 //   same     runs the worker's loop too (the two softmax phases side by side).
 // Median over the SMs, one block per SM. Runs on the GPU as the build's
-// bench/fa2_issue_neighbour (sm_90a builds).
+// bench/lab/fa2_issue_neighbour (sm_90a builds).
 #include <cstdint>
 #include <cstdio>
 #include <cuda_bf16.h>

@@ -1,7 +1,7 @@
 // Results per clock and SM of the special-function unit's instructions the score variants
 // use (ex2.approx, tanh.approx) against FFMA, measured in clocks of the SM (clock64), one
 // block per SM of 32 warps (or of 4 and 8: one and two per sub-partition), 8 independent
-// chains per thread. Runs on the GPU as the build's bench/fa2_mufu_rate (sm_90a builds).
+// chains per thread. Runs on the GPU as the build's bench/lab/fa2_mufu_rate (sm_90a builds).
 #include <cstdint>
 #include <cstdio>
 #include <cuda_runtime.h>

@@ -3,7 +3,7 @@
 for a profiler (varlen_compare's paged case: 16 sequences of 512..8k, bf16, d = 128,
 GQA 32:8, causal, page 16 shuffled). Under Nsight Compute:
     ncu --kernel-name regex:fwd_sm90 --section WarpStateStats ... \\
-        python3 bench/paged_profile.py --lib build/libfa2.so
+        python3 bench/lab/paged_profile.py --lib build/libfa2.so
 The contiguous call's kernel comes first, the paged one second. With --equal N S:
 instead, N sequences of length S as a packed batch and as a dense one (varlen_compare's
 equal-length rows), the packed call first."""
@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from varlen_compare import HKV, D, Varlen, fa2lib, packed_inputs  # noqa: E402
 
 

@@ -9,7 +9,7 @@
 // Prints a warpgroup's clocks per tile (SM clocks, median over the SMs), the block's per
 // 64-row tile, and the tensor cores' share of time: a 64-row tile's two products take
 // 1024 clocks at an H200 SM's 4096 dense FLOP per clock. Runs on the GPU as the build's
-// bench/fa2_pingpong_skeleton (sm_90a builds).
+// bench/lab/fa2_pingpong_skeleton (sm_90a builds).
 #include <cstdint>
 #include <cstdio>
 #include <cuda_bf16.h>

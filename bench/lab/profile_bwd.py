@@ -3,7 +3,7 @@
 each a few times on the same random inputs (16k tokens, hidden 2048, bf16).
 
     ncu --clock-control none -k regex:'dkdv|dq_|dot_do|flash_bwd|cudnn' \
-        python3 bench/profile_bwd.py --lib build/libfa2.so --d 64 --seqlen 1024 --causal 1
+        python3 bench/lab/profile_bwd.py --lib build/libfa2.so --d 64 --seqlen 1024 --causal 1
 """
 import argparse
 import os
@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # python/libfa2, the one ctypes binding; sdpa_compare's Fa2Forward runs its Plan.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import libfa2 as fa2lib  # noqa: E402
 from sdpa_compare import Fa2Forward  # noqa: E402
 

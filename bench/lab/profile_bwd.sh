@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Nsight Compute over one backward shape (bench/profile_bwd.py): libfa2's kernels next
+# Nsight Compute over one backward shape (bench/lab/profile_bwd.py): libfa2's kernels next
 # to SDPA flash's and cuDNN's, kernel by kernel. Builds the library only. Clocks are
 # left alone (--clock-control none). Output: $OUT/profile_<shape>.txt, and a duration
 # table printed last.
 #
-#   device run:  FA2_PROF_SHAPES="64:1024:1 64:2048:1" bash bench/profile_bwd.sh
+#   device run:  FA2_PROF_SHAPES="64:1024:1 64:2048:1" bash bench/lab/profile_bwd.sh
 #
 # FA2_PROF_SHAPES: d:seqlen:causal words (default 64:1024:1); FA2_PROF_SECTIONS: ncu
 # --section names (default SpeedOfLight Occupancy LaunchStats WarpStateStats
@@ -30,7 +30,7 @@ for shape in ${FA2_PROF_SHAPES:-64:1024:1}; do
     [ -n "${FA2_PROF_METRICS:-}" ] && metrics=(--metrics "$FA2_PROF_METRICS")
     ncu --clock-control none -k "${FA2_PROF_KERNELS:-regex:dkdv|dq_|dot_do|flash_bwd|cudnn}" \
         "${sections[@]}" "${metrics[@]}" \
-        python3 bench/profile_bwd.py --lib "$BUILD/libfa2.so" --d "$d" --seqlen "$s" --causal "$c" \
+        python3 bench/lab/profile_bwd.py --lib "$BUILD/libfa2.so" --d "$d" --seqlen "$s" --causal "$c" \
         --backends "${FA2_PROF_BACKENDS:-fa2,flash,cudnn}" >"$log" 2>&1
     echo "ncu exit $? for $shape" >>"$log"
     summary+=("== d=$d seqlen=$s causal=$c")

@@ -7,7 +7,7 @@ zero), and the ALiBi and softcap 30 plans on random Q, K, in one process
 seconds while nvidia-smi samples the SM clock and the power draw, to tell a
 data-dependent clock from a slower kernel.
 
-    python3 bench/score_shape_compare.py --lib build/libfa2.so
+    python3 bench/lab/score_shape_compare.py --lib build/libfa2.so
 """
 import argparse
 import os
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from sdpa_compare import alternate, fa2lib, load_library, random_sets, ratio  # noqa: E402
 
 

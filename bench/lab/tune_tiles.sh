@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tile sweep on the GPU machine: builds libfa2 once per variant through the CMake tile
 # overrides (planner and kernels agree) and times it with sdpa_compare.py.
-#   bench/tune_tiles.sh FA2_TILE_D256=256,64,32,4 FA2_BWD_TILE_D128=128,128,32,8,1,64,32,4 ...
+#   bench/lab/tune_tiles.sh FA2_TILE_D256=256,64,32,4 FA2_BWD_TILE_D128=128,128,32,8,1,64,32,4 ...
 # A forward variant (FA2_TILE_*) is timed forward only; a backward one (FA2_BWD_TILE_*)
 # forward and backward. FA2_TUNE_SEQLENS (default 8192). Log: $OUT/tune.log.
 set -uo pipefail

@@ -3,7 +3,7 @@
 1 x 8k GQA 32:8 shape: bf16, d = 128, causal). Under Nsight Compute (bench/gpu_check.sh,
 FA2_PROFILE=1):
     ncu --kernel-name regex:fwd_sm90 --page raw --csv --log-file ncu.csv ... \\
-        python3 bench/variants_profile.py --lib build/libfa2.so
+        python3 bench/lab/variants_profile.py --lib build/libfa2.so
 The kernels come in that order: plain, softcap, ALiBi. `--summary ncu.csv` prints, per
 kernel, its time, each pipe's and the issue slots' use, and its largest warp stalls.
 Against a library built with FA2_PHASE_TRACE 1 (kernels/common/phase_trace.cuh) each
@@ -22,7 +22,7 @@ NAMES = ("plain", "softcap", "alibi")
 def profile(lib_path, seqlen):
     import torch
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from sdpa_compare import load_library  # noqa: E402
     from variants_compare import plan_with  # noqa: E402
 

@@ -4,7 +4,7 @@
 // block (one block per SM), in SM clocks (clock64) from the first issue. If issuing
 // returns about when the products finish, a warp cannot run other work behind its own
 // products (instructions issue in order), only behind the other warpgroup's. Runs on
-// the GPU as the build's bench/fa2_wgmma_issue (sm_90a builds).
+// the GPU as the build's bench/lab/fa2_wgmma_issue (sm_90a builds).
 #include <cstdint>
 #include <cstdio>
 #include <cuda_bf16.h>

@@ -111,7 +111,7 @@ __device__ __forceinline__ void exp_scores_queries_as_rows(float (&acc)[kN][4],
 // `masked` is tested once, outside the element loop, as exp_scores does: tested per
 // element, ptxas branched around each element's visibility test even in blocks without a
 // mask, and the backward's softcap cost 1.13-1.15x plain instead of 1.03-1.06x
-// (docs/performance.md, "The scored backward's branches, measured").
+// (docs/history/performance-log.md, "The scored backward's branches, measured").
 template <bool kSoftcap, bool kAlibi, int kN, typename NegLseLog2, typename Dist, typename Visible,
           typename PgStore>
 __device__ __forceinline__ void exp_scores_scored(float (&acc)[kN][4], PgStore pg,

@@ -9,7 +9,7 @@
 // and stages its dQ part in shared memory (fp32). A third warpgroup, the dQ writer,
 // adds each staged tile to the fp32 accumulator (vector reductions) while the two
 // math warpgroups go on with the next step: the adds leave the SM at a few bytes per
-// clock and stalled the math when the math warpgroups issued them (docs/performance.md).
+// clock and stalled the math when the math warpgroups issued them (docs/history/performance-log.md).
 // Two mbarriers hand the staging buffer back and forth; setmaxnreg gives the math
 // warpgroups 240 registers and the writer 24. Q, dO, LSE and D are double buffered
 // with cp.async; tiles use the panel layout of wgmma.cuh.

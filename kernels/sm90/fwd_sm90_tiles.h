@@ -12,7 +12,7 @@
  * overridden for tuning (CMake -DFA2_SM90_TILE_D128="128,2,128"). One warpgroup per
  * block at d = 64 and 128 lets two or three blocks share a multiprocessor, so one
  * block's softmax overlaps another's wgmma: +10-40% over two warpgroups on the H200
- * (docs/performance.md). At d = 256 shared memory allows one block per SM. */
+ * (docs/history/performance-log.md). At d = 256 shared memory allows one block per SM. */
 #if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
 #define FA2_TILE_OVERRIDES_INCLUDED
 #include "fa2_tile_overrides.h"
@@ -56,7 +56,7 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 /* The bounded softcap's exponentials: every FA2_SM90_BOUNDED_POLY_PERIOD-th n8 tile's
  * on the FMA pipe (kernels/common/exp2_poly.h) instead of MUFU, which tanh takes as well
  * (0: none). On the H200 1 in 4 ran 1 % faster and 1 in 2 slower (the issue slots it
- * adds cost what MUFU saves; docs/performance.md, "Pingpong, the dense producer, lazy
+ * adds cost what MUFU saves; docs/history/performance-log.md, "Pingpong, the dense producer, lazy
  * rescale and the FMA-pipe exp2, measured"), so it stays 0. */
 #ifndef FA2_SM90_BOUNDED_POLY_PERIOD
 #define FA2_SM90_BOUNDED_POLY_PERIOD 0
@@ -72,7 +72,7 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
     ((head_dim_bucket) == 128 && (warpgroups) == 1)
 
 /* Switches of the producer layout, both on since the H200 measured them together (dense
- * d = 128 forward 1.05-1.10x faster; docs/performance.md, "Pingpong, the dense producer,
+ * d = 128 forward 1.05-1.10x faster; docs/history/performance-log.md, "Pingpong, the dense producer,
  * lazy rescale and the FMA-pipe exp2, measured"): FA2_SM90_DENSE_PRODUCER 1 runs dense
  * batches in it too, the producer issuing the copy engine's boxes; FA2_SM90_PINGPONG 1
  * has its two math warpgroups take turns at issuing their products, so that one's
@@ -82,7 +82,7 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
  * waits until both math warpgroups' S of this tile read K, so its latency falls between
  * the tensor cores' products; with two it is issued a tile ahead, at 32 KiB more shared
  * memory (d = 128). On the H200 two ran dense d = 128 forwards without a causal mask
- * 1.03-1.12x faster, causal ones within noise (docs/performance.md, "Two K buffers,
+ * 1.03-1.12x faster, causal ones within noise (docs/history/performance-log.md, "Two K buffers,
  * measured"). */
 #ifndef FA2_SM90_PRODUCER_K_STAGES
 #define FA2_SM90_PRODUCER_K_STAGES 2
@@ -108,7 +108,7 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
  * that the two warpgroups' softmax phases, which share the special-function unit, overlap
  * less. On the H200 (d = 128 bf16, 8k causal) softcap 30 ran 2-3 % faster with it; the
  * same late turn in the plain and general instances gained nothing (ALiBi lost 2 %), so
- * they keep the early one (docs/performance.md, "Where a warpgroup passes the turn"). */
+ * they keep the early one (docs/history/performance-log.md, "Where a warpgroup passes the turn"). */
 #ifndef FA2_SM90_BOUNDED_LATE_TURN
 #define FA2_SM90_BOUNDED_LATE_TURN 1
 #endif
@@ -118,7 +118,7 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
  * FA2_LAZY_RESCALE_LOG2, and a warp whose rows all keep theirs skips O's rescale. 1: in
  * the instances with score variants (ALiBi at d = 128: 2-3 % faster on the H200); 2: in
  * the plain ones too (there the readings disagreed, -3 % to +11 %: not a measured gain);
- * 0: nowhere (docs/performance.md, the section named above). */
+ * 0: nowhere (docs/history/performance-log.md, the section named above). */
 #ifndef FA2_SM90_LAZY_RESCALE
 #define FA2_SM90_LAZY_RESCALE 1
 #endif

@@ -82,6 +82,12 @@ python3 -m venv "$tmp/venv"
     >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; exit 1; }
 (cd "$tmp" && "$tmp/venv/bin/python" -c "import libfa2; print('libfa2', libfa2.__version__, '|', libfa2.build_info())")
 FA2_TEST_INSTALLED_PACKAGE=1 "$tmp/venv/bin/python" tests/test_python_ffi.py
+# python -m libfa2 on this CPU machine: the build, "GPU: none", a plan, exit 77
+rc=0
+(cd "$tmp" && "$tmp/venv/bin/python" -m libfa2) >"$tmp/main.log" 2>&1 || rc=$?
+cat "$tmp/main.log"
+[ "$rc" = 77 ] && grep -q "^GPU: none (no NVIDIA driver found" "$tmp/main.log" ||
+    { echo "python -m libfa2: exit $rc, want 77 and 'GPU: none (no NVIDIA driver found' here" >&2; exit 1; }
 
 echo
 echo "packaging check: OK (install, exports, 4 consumers, python, pip wheel)"

@@ -65,5 +65,6 @@ install(FILES ${PROJECT_BINARY_DIR}/fa2.pc ${PROJECT_BINARY_DIR}/fa2-static.pc
 
 # The Python binding (the package python/libfa2, pure ctypes) goes next to the library's
 # data; it finds the installed libfa2 relative to itself.
-install(FILES ${PROJECT_SOURCE_DIR}/python/libfa2/__init__.py
-  DESTINATION ${CMAKE_INSTALL_DATADIR}/fa2/python/libfa2)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/libfa2
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/fa2/python
+  FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)

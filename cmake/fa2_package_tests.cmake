@@ -3,6 +3,9 @@
 #   fa2_python_ffi     (cpu) the ctypes binding's error paths, no GPU needed
 #   fa2_python_gpu     (gpu) the binding vs torch SDPA, forward and gradients; skips
 #                            (exit 77) without torch or a CUDA device
+#   fa2_flash_attn_interface_gpu (gpu) flash-attn's documented call forms against a
+#                            float32 reference; skips like fa2_python_gpu
+#   fa2_api_docs       (cpu) docs/api.md names every function, field and status of fa2.h
 #   fa2_wgmma_ops_generated (cpu) kernels/sm90/wgmma_ops.cuh is kernels/sm90/gen_wgmma.py's output
 # The Python tests run the system python3 on the build's libfa2.so (FA2_LIBRARY).
 add_test(NAME fa2_exports
@@ -13,14 +16,14 @@ set_tests_properties(fa2_exports PROPERTIES LABELS cpu)
 
 find_program(FA2_PYTHON3 NAMES python3 DOC "Python 3 for the ctypes binding's tests")
 if(FA2_PYTHON3)
-  foreach(t IN ITEMS ffi gpu)
-    add_test(NAME fa2_python_${t}
-      COMMAND ${FA2_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/test_python_${t}.py)
-    set_tests_properties(fa2_python_${t} PROPERTIES
+  foreach(t IN ITEMS python_ffi python_gpu flash_attn_interface_gpu api_docs)
+    add_test(NAME fa2_${t} COMMAND ${FA2_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/test_${t}.py)
+    set_tests_properties(fa2_${t} PROPERTIES
       ENVIRONMENT "FA2_LIBRARY=$<TARGET_FILE:fa2>;PYTHONDONTWRITEBYTECODE=1"
       SKIP_RETURN_CODE 77)
   endforeach()
-  set_tests_properties(fa2_python_ffi PROPERTIES LABELS cpu)
+  set_tests_properties(fa2_python_ffi fa2_api_docs PROPERTIES LABELS cpu)
+  set_tests_properties(fa2_flash_attn_interface_gpu PROPERTIES LABELS gpu)
   add_test(NAME fa2_wgmma_ops_generated
     COMMAND ${CMAKE_COMMAND} -DPYTHON=${FA2_PYTHON3} -DSRC=${PROJECT_SOURCE_DIR}
             -DOUT=${CMAKE_CURRENT_BINARY_DIR}/wgmma_ops.generated.cuh

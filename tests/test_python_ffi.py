@@ -30,6 +30,8 @@ HEADER = os.path.join(REPO, "include", "fa2.h")
 if not os.environ.get("FA2_TEST_INSTALLED_PACKAGE"):
     sys.path.insert(0, os.path.join(REPO, "python"))
 import libfa2 as fa2  # noqa: E402
+from libfa2 import _tensors  # noqa: E402
+from libfa2.flash_attn_interface import flash_window  # noqa: E402
 
 try:
     import torch
@@ -109,8 +111,9 @@ class Loading(unittest.TestCase):
         declared = {v for v in vars(fa2).values()
                     if isinstance(v, type) and issubclass(v, (ctypes.Structure, ctypes.Union))}
         self.assertEqual(declared, set(fa2.STRUCT_MIRRORS.values()))
-        own = {os.path.realpath(fa2.__file__),
-               os.path.realpath(os.path.join(REPO, "python", "libfa2", "__init__.py"))}
+        # the one file that mirrors the C structs (_cdefs.py), installed or in the tree
+        own = {os.path.realpath(os.path.join(os.path.dirname(fa2.__file__), "_cdefs.py")),
+               os.path.realpath(os.path.join(REPO, "python", "libfa2", "_cdefs.py"))}
         for path in glob.glob(os.path.join(REPO, "**", "*.py"), recursive=True):
             if os.path.realpath(path) in own or os.sep + "build" in path[len(REPO):]:
                 continue
@@ -415,11 +418,12 @@ class Errors(unittest.TestCase):
                     a, a, a, a, a, None, None, a)
         self.expect(fa2.Fa2Unsupported, "has no backward", plan.backward,
                     a, a, a, a, a, a, a, a, a, a)
-        for kw, fragment in ((dict(k=object()), "k is not supported"),
-                             (dict(rotary_cos=object()), "rotary_cos")):
+        # flash-attn's arguments libfa2 does not implement, refused by name before any
+        # tensor is looked at
+        for name in ("rotary_cos", "rotary_sin", "cache_leftpad"):
             with self.assertRaises(fa2.Fa2ShapeError) as cm:
-                fa2.flash_attn_with_kvcache(None, None, None, None, None, **kw)
-            self.assertIn(fragment, str(cm.exception))
+                fa2.flash_attn_with_kvcache(None, None, None, **{name: object()})
+            self.assertIn(f"{name} is not supported", str(cm.exception))
 
     def test_call_args(self):
         """fa2_forward_with / fa2_backward_with: the checks of their own (the rest is
@@ -515,17 +519,16 @@ class Errors(unittest.TestCase):
 
     def test_num_splits(self):
         # flash-attn's meaning: 0 = the planner decides (up to MAX_SPLITS), n = at most n
-        self.assertEqual(fa2._max_splits(0), fa2.MAX_SPLITS)
-        self.assertEqual(fa2._max_splits(1), 1)
-        self.assertEqual(fa2._max_splits(fa2.MAX_SPLITS), fa2.MAX_SPLITS)
+        self.assertEqual(_tensors._max_splits(0), fa2.MAX_SPLITS)
+        self.assertEqual(_tensors._max_splits(1), 1)
+        self.assertEqual(_tensors._max_splits(fa2.MAX_SPLITS), fa2.MAX_SPLITS)
         for bad in (-1, fa2.MAX_SPLITS + 1):
             with self.assertRaises(fa2.Fa2ShapeError) as cm:
-                fa2._max_splits(bad)
+                _tensors._max_splits(bad)
             self.assertIn(f"num_splits={bad}", str(cm.exception))
 
     def test_varlen_refusals_before_any_tensor(self):
-        for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),
-                             (dict(return_attn_probs=True), "return_attn_probs")):
+        for kw, fragment in ((dict(dropout_p=0.1), "dropout_p=0.1"),):
             with self.assertRaises(fa2.Fa2ShapeError) as cm:
                 fa2.flash_attn_varlen_func(None, None, None, None, None, 1, 1, **kw)
             self.assertIn(fragment, str(cm.exception))
@@ -549,14 +552,56 @@ class FlashAttnShaped(unittest.TestCase):
     stands in for the tensors: nothing may look at them); softcap and ALiBi it does."""
 
     def test_refusals_name_the_argument(self):
-        for kwargs, name in (({"dropout_p": 0.1}, "dropout_p"),
-                             ({"return_attn_probs": True}, "return_attn_probs")):
-            with self.assertRaises(fa2.Fa2ShapeError) as cm:
-                fa2.flash_attn_func(None, None, None, **kwargs)
-            self.assertIn(name, str(cm.exception))
+        with self.assertRaises(fa2.Fa2ShapeError) as cm:
+            fa2.flash_attn_func(None, None, None, dropout_p=0.1)
+        self.assertIn("dropout_p", str(cm.exception))
         # dropout_p as the fourth positional argument, as flash_attn_func has it
         with self.assertRaises(fa2.Fa2ShapeError):
             fa2.flash_attn_func(None, None, None, 0.5)
+
+    def test_flash_attn_window_rules(self):
+        """flash-attn's windows as the C API's fields: (causal, left, right). An edge at
+        or past seqlen_k is unlimited; causal sets the right edge to 0; a right edge of 0
+        with no left edge is the C API's causal."""
+        for window, causal, seqlen_k, want in (
+                ((-1, -1), False, 100, (False, -1, -1)),
+                ((-1, -1), True, 100, (True, -1, -1)),
+                ((10, 10), True, 100, (False, 10, 0)),
+                ((10, 10), False, 100, (False, 10, 10)),
+                ((100, 5), False, 100, (False, -1, 5)),
+                ((99, 100), False, 100, (False, 99, -1)),
+                ((200, 200), True, 100, (True, -1, -1)),
+                ((-1, 0), False, 100, (True, -1, -1)),
+                ((0, 0), False, 100, (False, 0, 0))):
+            self.assertEqual(flash_window(window, causal, seqlen_k), want, (window, causal))
+
+    def test_flash_attn_names_and_order(self):
+        """libfa2.flash_attn_interface has flash-attn 2.8's public functions with its
+        positional parameters in its order (libfa2's extras are keyword-only)."""
+        import inspect
+        import libfa2.flash_attn_interface as fai
+        common = ["dropout_p", "softmax_scale", "causal", "window_size", "softcap",
+                  "alibi_slopes", "deterministic", "return_attn_probs"]
+        varlen = ["cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
+        want = {
+            "flash_attn_func": ["q", "k", "v"] + common,
+            "flash_attn_qkvpacked_func": ["qkv"] + common,
+            "flash_attn_kvpacked_func": ["q", "kv"] + common,
+            "flash_attn_varlen_func": ["q", "k", "v"] + varlen + common + ["block_table"],
+            "flash_attn_varlen_qkvpacked_func": ["qkv", "cu_seqlens", "max_seqlen"] + common,
+            "flash_attn_varlen_kvpacked_func": ["q", "kv"] + varlen + common,
+            "flash_attn_with_kvcache": [
+                "q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin",
+                "cache_seqlens", "cache_batch_idx", "cache_leftpad", "block_table",
+                "softmax_scale", "causal", "window_size", "softcap", "rotary_interleaved",
+                "alibi_slopes", "num_splits", "return_softmax_lse"],
+        }
+        for name, params in want.items():
+            sig = inspect.signature(getattr(fai, name))
+            positional = [p.name for p in sig.parameters.values()
+                          if p.kind == p.POSITIONAL_OR_KEYWORD]
+            self.assertEqual(positional, params, name)
+            self.assertIs(getattr(fa2, name), getattr(fai, name))
 
     def test_attention_options_are_keyword_only(self):
         # attention(q, k, v, 0.0) would otherwise read flash_attn_func's dropout_p as causal
@@ -603,7 +648,7 @@ class Layouts(unittest.TestCase):
                        for index in itertools.product(*(range(n) for n in shape))]
             if len(set(offsets)) != len(offsets):
                 self.assertTrue(fa2.repeats_addresses(shape, strides), (shape, strides))
-            self.assertEqual(fa2._extent(shape, strides), max(offsets) + 1 if offsets else 0)
+            self.assertEqual(_tensors._extent(shape, strides), max(offsets) + 1 if offsets else 0)
 
 
 class NoLibrary:
@@ -632,7 +677,7 @@ class TensorChecks(unittest.TestCase):
         return cm.exception
 
     def check_out(self, t):
-        return fa2._check_output("out", t, self.shape, torch.bfloat16, self.cpu)
+        return _tensors._check_output("out", t, self.shape, torch.bfloat16, self.cpu)
 
     def test_out_refused(self):
         b, s_, h, d = self.shape
@@ -684,8 +729,8 @@ class TensorChecks(unittest.TestCase):
         ]
         for cls, fragment, t in cases:
             with self.subTest(fragment):
-                self.refused(cls, fragment, fa2._check_lse, "lse", t, self.q)
-        self.assertIsNone(fa2._check_lse("lse", torch.zeros(b, h, s_), self.q))
+                self.refused(cls, fragment, _tensors._check_lse, "lse", t, self.q)
+        self.assertIsNone(_tensors._check_lse("lse", torch.zeros(b, h, s_), self.q))
 
     def test_backward_inputs_refused(self):
         # o and d_o: q's shape, dtype and device (checked by _check_like in backward()).
@@ -696,7 +741,7 @@ class TensorChecks(unittest.TestCase):
                  "o is on meta"),
                 ("d_o", torch.zeros(2, 16, 4, 128, dtype=torch.bfloat16), "d_o has shape")):
             with self.subTest(fragment):
-                self.refused(fa2.Fa2ShapeError, fragment, fa2._check_like, name, t,
+                self.refused(fa2.Fa2ShapeError, fragment, _tensors._check_like, name, t,
                              self.shape, torch.bfloat16, self.cpu)
 
     def test_gradient_checks(self):
@@ -718,10 +763,10 @@ class TensorChecks(unittest.TestCase):
         ]
         for cls, fragment, t, g in cases:
             with self.subTest(fragment):
-                self.refused(cls, fragment, fa2._check_gradient, "dk", g, t)
+                self.refused(cls, fragment, _tensors._check_gradient, "dk", g, t)
         # Accepted: t's strides, or for a broadcast t those of its contiguous copy.
-        self.assertIsNone(fa2._check_gradient("dk", torch.zeros_like(k), k))
-        self.assertIsNone(fa2._check_gradient("dk", torch.zeros(self.shape,
+        self.assertIsNone(_tensors._check_gradient("dk", torch.zeros_like(k), k))
+        self.assertIsNone(_tensors._check_gradient("dk", torch.zeros(self.shape,
                                                                 dtype=torch.bfloat16),
                                               k_broadcast))
 
@@ -730,9 +775,9 @@ class TensorChecks(unittest.TestCase):
         # Q's strides, and fa2_plan accepts the problem so described.
         q = torch.zeros(2, 50, 4, 64, dtype=torch.bfloat16)
         k = torch.empty(2, 0, 2, 64, dtype=torch.bfloat16)
-        self.assertIs(fa2._as_c_input(q, k), q)
-        self.assertIs(fa2._as_c_input(q, q), q)
-        st = fa2._as_c_input(q, k).stride()
+        self.assertIs(_tensors._as_c_input(q, k), q)
+        self.assertIs(_tensors._as_c_input(q, q), q)
+        st = _tensors._as_c_input(q, k).stride()
         p = fa2.make_problem("bf16", q.shape, k.shape, k_strides=st, v_strides=st)
         plan = fa2.plan(p, device())
         self.assertEqual(plan.problem.seqlen_k, 0)

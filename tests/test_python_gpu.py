@@ -33,6 +33,8 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 import libfa2 as fa2  # noqa: E402
+from libfa2 import _tensors  # noqa: E402
+from libfa2.ops import _custom_ops  # noqa: E402
 
 TOL = 2e-2
 
@@ -514,7 +516,8 @@ def kvcache_cases():
         label = (f"kvcache {str(dt)[6:]} hq={hq} hkv={hkv} d={d} seqlen_q={sq} page={page} "
                  f"lengths={lens} causal={int(causal)}")
         try:
-            o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, table, causal=causal)
+            o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                            block_table=table, causal=causal)
             torch.cuda.synchronize()
         except fa2.Fa2Error as e:
             print(f"FAIL {label}  {type(e).__name__}: {e}", flush=True)
@@ -536,8 +539,8 @@ def kvcache_cases():
             slopes = torch.rand(hq, device="cuda") * 0.25
             sinks = torch.randn(hq, device="cuda") * 2
             try:
-                o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, table,
-                                                causal=causal, softcap=20.0,
+                o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                                block_table=table, causal=causal, softcap=20.0,
                                                 alibi_slopes=slopes, sinks=sinks)
                 torch.cuda.synchronize()
                 worst = 0.0
@@ -557,12 +560,12 @@ def kvcache_cases():
         # check_metadata: clean, then sequence 1's first page id out of range
         n += 1
         try:
-            fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, table, causal=causal,
-                                        check_metadata=True)
+            fa2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                        block_table=table, causal=causal, check_metadata=True)
             bad = table.clone()
             bad[1, 0] = num_pages
-            fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, bad, causal=causal,
-                                        check_metadata=True)
+            fa2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                        block_table=bad, causal=causal, check_metadata=True)
             print(f"FAIL {label} check_metadata: a bad page id was not reported", flush=True)
         except fa2.Fa2BadMetadata as e:
             ok = e.sequence == 1 and e.check == "FA2_VARLEN_PAGE_ID"
@@ -588,7 +591,7 @@ def decode_cases():
     for num_splits in (0, 1):
         n += 1
         splits = fa2.plan_for(q, k, v, causal=True,
-                              max_splits=fa2._max_splits(num_splits)).decode_splits
+                              max_splits=_tensors._max_splits(num_splits)).decode_splits
         label = f"forward decode bf16 b=2 sk=8192 GQA 32:8 num_splits={num_splits}"
         try:
             o = fa2.forward(q, k, v, causal=True, num_splits=num_splits)
@@ -608,7 +611,7 @@ def decode_cases():
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     label = f"kvcache contiguous bf16 GQA 16:2 d=128 lengths={lens}"
     try:
-        o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, seqlens, None, causal=True)
+        o = fa2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=True)
         torch.cuda.synchronize()
         worst = max(rel(o[b:b + 1], reference(q[b:b + 1], k_cache[b:b + 1, :lk],
                                               v_cache[b:b + 1, :lk], True))
@@ -632,7 +635,7 @@ def compile_cases():
     o, lse = fa2.forward(q, k, v, causal=True, return_lse=True)
     d_o = torch.randn_like(o)
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-    ops = fa2._custom_ops()
+    ops = _custom_ops()
     hq = q.shape[2]
     slopes = torch.rand(hq, device="cuda") * 0.1
     sinks = torch.randn(hq, device="cuda")

@@ -49,7 +49,7 @@
  * is negligible except at the largest scale with large logits, where it allows tens
  * of percent (printed as "P allowance"; see scale_max_bwd_large_logits_bf16).
  * A row of n >= 2^16 equal addends (every key the same) also gets 1.5 n 2^-27 of its
- * largest |O|: the fp32 accumulators' measured drift (bench/long_rows.c).
+ * largest |O|: the fp32 accumulators' measured drift (bench/lab/long_rows.c).
  * Rows that see no key: O = 0, LSE = -inf, dQ = 0 exactly; keys no row sees: dK = dV
  * = 0 exactly. FA2_TEST_CASE=<name> runs one case. */
 #include <inttypes.h>
@@ -460,7 +460,7 @@ static void check_o_row(check_t *c, fa2_dtype_t dt, lse_mode_t mode, int64_t b, 
         return;
     }
     /* A row that sums n equal terms (every key the same) carries the fp32 accumulators'
-     * drift: measured (bench/long_rows.c, H200) 7.8e-3 at n = 2^20, 3.9e-2 at 2^22,
+     * drift: measured (bench/lab/long_rows.c, H200) 7.8e-3 at n = 2^20, 3.9e-2 at 2^22,
      * about 1.25 * n * 2^-27 of the largest |O|; allowed 1.5x that from n = 2^16 on. */
     const double drift = c->sum_terms >= 65536 ? 1.5 * c->sum_terms * 0x1p-27 : 0.0;
     const double tol = (4 * gpu_rows_eps(dt) + drift) * gpu_rows_maxabs(want, d, 0.25);

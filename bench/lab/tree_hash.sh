@@ -4,7 +4,7 @@
 # machine's copy carries the working tree but possibly stale git metadata, so its
 # `git rev-parse HEAD` can name an older commit. Run it here on a commit to compare.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 find CMakeLists.txt cmake include src kernels tests bench examples python -type f \
     ! -path '*/__pycache__/*' ! -name '*.pyc' 2>/dev/null | LC_ALL=C sort |
     while IFS= read -r f; do printf '%s\n' "$f"; sha256sum < "$f"; done |

@@ -204,6 +204,10 @@ typedef struct fa2_problem_t {
     int32_t alibi;           /* 0 or 1: per-head ALiBi slopes, passed at each call */
     int32_t sinks;           /* 0 or 1: per-head attention-sink logits, passed at each call */
     int32_t reserved3;       /* zero */
+    /* ALiBi: sequence b's slopes start alibi_batch_stride floats after sequence 0's.
+     * 0 (default, and the only value without alibi): one [heads_q] set for every
+     * sequence; heads_q: a [batch, heads_q] tensor. In [0, 2^31 - 1]. */
+    int64_t alibi_batch_stride;
 } fa2_problem_t;
 
 /* Score variants. For query row i, key j, query head h (a packed batch: within the
@@ -218,8 +222,9 @@ typedef struct fa2_problem_t {
  * includes the sink; a row that sees no key has O = 0 and LSE = sink_h. The backward
  * adds softcap's derivative (1 - tanh^2) and writes dsinks_h = -sum over the batch and
  * rows of exp(sink_h - LSE_i) * sum_c dO_ic O_ic (summed in a fixed order: the same
- * bits every run, in both modes). The slopes, sinks and dsinks are float32 [heads_q]
- * device tensors passed with the call (fa2_forward_with, fa2_backward_with). */
+ * bits every run, in both modes). The sinks and dsinks are float32 [heads_q], the slopes
+ * float32 [heads_q] or, with alibi_batch_stride, one such row per sequence: device
+ * tensors passed with the call (fa2_forward_with, fa2_backward_with). */
 
 /* Packed variable-length batches (total_q >= 1): the sequences lie one after another
  * in Q, K, V and O, laid out [total_q, heads_q, head_dim] (Q, O) and [total_k,

@@ -77,7 +77,9 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
         fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q), fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
         fa2_layout_span(pr, FA2_LAYOUT_V, "v", v), fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
         fa2_layout_span(pr, FA2_LAYOUT_O, "d_o", d_o), fa2_bytes_span("lse", lse, rows * 4),
-        fa2_bytes_span("alibi_slopes", t->alibi_slopes, t->alibi_slopes ? per_head : 0),
+        fa2_bytes_span("alibi_slopes", t->alibi_slopes,
+                       t->alibi_slopes ? per_head + (pr->batch - 1) * pr->alibi_batch_stride * 4
+                                       : 0),
         fa2_bytes_span("sinks", t->sinks, t->sinks ? per_head : 0)};
     const fa2_span_t outputs[5] = {
         fa2_layout_span(pr, FA2_LAYOUT_Q, "dq", dq), fa2_layout_span(pr, FA2_LAYOUT_K, "dk", dk),
@@ -147,6 +149,7 @@ fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void 
     p.dv = dv;
     p.softcap = plan->problem.softcap;
     p.alibi_slopes = scores->alibi_slopes;
+    p.alibi_batch_stride = plan->problem.alibi_batch_stride;
     p.sinks = scores->sinks;
     p.dsinks = scores->dsinks;
     /* The plan's workspace layout (checked: the plan is fa2_plan's, so it fits) */

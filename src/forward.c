@@ -151,6 +151,7 @@ fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *
     p.decode_stages = plan->decode_splits ? fa2_decode_plan_stages(plan) : 0;
     p.softcap = plan->problem.softcap;
     p.alibi_slopes = scores ? scores->alibi_slopes : NULL;
+    p.alibi_batch_stride = plan->problem.alibi_batch_stride;
     p.sinks = scores ? scores->sinks : NULL;
     if (plan->decode_splits > 1) {
         fa2_fwd_workspace_t ws;

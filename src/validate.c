@@ -286,6 +286,12 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
     if (p->reserved3 != 0)
         return fa2_fail(FA2_ERROR_RESERVED, "problem->reserved3=%d must be zero",
                         (int)p->reserved3);
+    if (p->alibi_batch_stride < 0 || p->alibi_batch_stride > INT32_MAX ||
+        (!p->alibi && p->alibi_batch_stride != 0))
+        return fa2_fail(FA2_ERROR_BAD_STRIDE,
+                        "alibi_batch_stride=%lld is not supported (0 or, with alibi=1, up to "
+                        "2^31 - 1; alibi=%d)",
+                        (long long)p->alibi_batch_stride, (int)p->alibi);
     /* The tensors as laid out (a packed batch: its rows; paged K/V: its pages). */
     const fa2_layout_dims_t qd = fa2_layout_dims(p, 1), kd = fa2_layout_dims(p, 0);
 

@@ -37,11 +37,12 @@ TOL, LSE_TOL = 2e-2, 2e-3
 results = []
 
 
-def reference(q, k, v, causal=False, window=(-1, -1), scale=None):
+def reference(q, k, v, causal=False, window=(-1, -1), scale=None, slopes=None):
     """flash-attn's semantics in float32 for one dense batch: q [b, sq, hq, d], k/v
     [b, sk, hkv, d]; window edges bottom-right aligned, an edge >= sk unlimited, causal
-    = right edge 0. Returns (o [b, sq, hq, d], lse [b, hq, sq]); rows that see no key
-    give o = 0, lse = -inf."""
+    = right edge 0; ALiBi slopes [hq] or [b, hq]: score - slope |i + sk - sq - j|.
+    Returns (o [b, sq, hq, d], lse [b, hq, sq]); rows that see no key give o = 0,
+    lse = -inf."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
@@ -51,6 +52,8 @@ def reference(q, k, v, causal=False, window=(-1, -1), scale=None):
     right = 0 if causal else right
     i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
     j = torch.arange(sk, device=q.device)[None, :]
+    if slopes is not None:
+        s = s - slopes.float().view(-1, hq, 1, 1) * (i - j).abs()
     keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
     if 0 <= left < sk:
         keep &= j >= i - left
@@ -131,8 +134,109 @@ def dense_forms():
     check("flash_attn_kvpacked_func kv [b, s, 2, hkv, d]", kvpacked)
 
 
+def alibi_and_odd_head_dims():
+    """ALiBi slopes [batch, heads_q] (flash-attn's other form) on the dense forward and
+    backward, the packed and paged forwards and the decode kernel; head dims that are not
+    a multiple of 8, padded as flash-attn pads them."""
+    q, k, v = rand(3, 200, 8, 128), rand(3, 260, 2, 128), rand(3, 260, 2, 128)
+    slopes = torch.rand(3, 8, device="cuda") * 0.3
+
+    def dense():
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        out = flash_attn_func(qq, kk, vv, causal=True, alibi_slopes=slopes)
+        ref_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        ref = reference(*ref_in, True, slopes=slopes)[0]
+        g = torch.randn_like(ref)
+        out.backward(g.to(out.dtype))
+        ref.backward(g)
+        return [("o", rel(out, ref), TOL)] + [
+            (n, rel(t.grad, r.grad), TOL) for n, t, r in zip("qkv", (qq, kk, vv), ref_in)]
+    check("flash_attn_func alibi_slopes [batch, heads] + backward", dense)
+
+    def varlen():
+        cu_q = torch.tensor([0, 1, 70, 200], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, 60, 130, 260], dtype=torch.int32, device="cuda")
+        q3, k3, v3 = q.view(-1, 8, 128)[:200], k.view(-1, 2, 128)[:260], v.view(-1, 2, 128)[:260]
+        out = flash_attn_varlen_func(q3, k3, v3, cu_q, cu_k, 130, 130, causal=True,
+                                     alibi_slopes=slopes)
+        worst = max(rel(out[cu_q[b]:cu_q[b + 1]][None], reference(
+            q3[cu_q[b]:cu_q[b + 1]][None], k3[cu_k[b]:cu_k[b + 1]][None],
+            v3[cu_k[b]:cu_k[b + 1]][None], True, slopes=slopes[b:b + 1])[0]) for b in range(3))
+        return [("o", worst, TOL)]
+    check("flash_attn_varlen_func alibi_slopes [batch, heads]", varlen)
+
+    def decode(paged):
+        lens = [1, 100, 259]
+        k_cache, v_cache = rand(3, 272, 2, 128), rand(3, 272, 2, 128)
+        table = None
+        if paged:  # pages of 16 in reverse order
+            table = torch.arange(3 * 17, device="cuda").flip(0).view(3, 17).to(torch.int32)
+            k_pages, v_pages = torch.empty_like(k_cache), torch.empty_like(v_cache)
+            for b in range(3):
+                for p in range(17):
+                    page = int(table[b, p])
+                    k_pages.view(51, 16, 2, 128)[page] = k_cache[b, 16 * p:16 * p + 16]
+                    v_pages.view(51, 16, 2, 128)[page] = v_cache[b, 16 * p:16 * p + 16]
+        qd = rand(3, 1, 8, 128)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        kc = k_pages.view(51, 16, 2, 128) if paged else k_cache
+        vc = v_pages.view(51, 16, 2, 128) if paged else v_cache
+        out = flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=seqlens, block_table=table,
+                                      causal=True, alibi_slopes=slopes)
+        worst = max(rel(out[b:b + 1], reference(qd[b:b + 1], k_cache[b:b + 1, :n],
+                                                v_cache[b:b + 1, :n], True,
+                                                slopes=slopes[b:b + 1])[0])
+                    for b, n in enumerate(lens))
+        return [("o", worst, TOL)]
+    check("flash_attn_with_kvcache alibi_slopes [batch, heads] (decode kernel)",
+          lambda: decode(False))
+    check("flash_attn_with_kvcache alibi_slopes [batch, heads], paged (decode kernel)",
+          lambda: decode(True))
+
+    def widest_stride():
+        # the largest batch stride fa2_plan accepts (2^31 - 1 floats: an 8 GiB buffer)
+        stride = 2 ** 31 - 1
+        store = torch.zeros(stride + 8, device="cuda")
+        wide = store.as_strided((2, 8), (stride, 1))
+        wide.copy_(torch.rand(2, 8, device="cuda") * 0.3)
+        qq, kk, vv = q[:2, :64], k[:2, :80], v[:2, :80]
+        out = flash_attn_func(qq, kk, vv, causal=True, alibi_slopes=wide)
+        ref = reference(qq, kk, vv, True, slopes=wide.clone())[0]
+        del store
+        return [("o", rel(out, ref), TOL)]
+    check("flash_attn_func alibi_slopes batch stride 2^31 - 1 (the limit)", widest_stride)
+
+    for d in (59, 111):
+        def odd(d=d):
+            qq, kk, vv = (rand(2, 150, h, d).requires_grad_() for h in (4, 2, 2))
+            out = flash_attn_func(qq, kk, vv, causal=True)
+            ref_in = [t.detach().clone().requires_grad_() for t in (qq, kk, vv)]
+            ref = reference(*ref_in, True)[0]
+            g = torch.randn_like(ref)
+            out.backward(g.to(out.dtype))
+            ref.backward(g)
+            assert out.shape[-1] == d
+            return [("o", rel(out, ref), TOL)] + [
+                (n, rel(t.grad, r.grad), TOL) for n, t, r in zip("qkv", (qq, kk, vv), ref_in)]
+        check(f"flash_attn_func head_dim={d} (padded to a multiple of 8) + backward", odd)
+
+        def odd_cache(d=d):
+            k_cache, v_cache = rand(2, 64, 2, d), rand(2, 64, 2, d)
+            qd, k_new, v_new = rand(2, 2, 4, d), rand(2, 2, 2, d), rand(2, 2, 2, d)
+            seqlens = torch.tensor([5, 40], dtype=torch.int32, device="cuda")
+            out = flash_attn_with_kvcache(qd, k_cache, v_cache, k_new, v_new,
+                                          cache_seqlens=seqlens, causal=True)
+            written = max((k_cache[b, n:n + 2] - k_new[b]).abs().max().item()
+                          for b, n in enumerate((5, 40)))
+            worst = max(rel(out[b:b + 1], reference(qd[b:b + 1], k_cache[b:b + 1, :n + 2],
+                                                    v_cache[b:b + 1, :n + 2], True)[0])
+                        for b, n in enumerate((5, 40)))
+            return [("o", worst, TOL), ("cache rows written", written, 0.0)]
+        check(f"flash_attn_with_kvcache head_dim={d}, k=/v= appended", odd_cache)
+
+
 def varlen_forms():
-    lens_q, lens_k = [1, 17, 300], [5, 17, 410]
+    lens_k = [5, 17, 410]
     cu_q = torch.tensor([0, 1, 18, 318], dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0, 5, 22, 432], dtype=torch.int32, device="cuda")
     q, k, v = rand(318, 8, 128), rand(432, 2, 128), rand(432, 2, 128)
@@ -279,7 +383,7 @@ def kvcache_forms():
 def main():
     torch.manual_seed(0)
     print(f"libfa2 {fa2.__version__} on {fa2.library().path}")
-    for group in (dense_forms, varlen_forms, kvcache_forms):
+    for group in (dense_forms, varlen_forms, kvcache_forms, alibi_and_odd_head_dims):
         group()
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")

@@ -148,6 +148,8 @@ static const plan_case_t plan_cases[] = {
     P32(alibi, 2, FA2_ERROR_INVALID_SIZE, "alibi=2"),
     P32(sinks, -1, FA2_ERROR_INVALID_SIZE, "sinks=-1"),
     P32(reserved3, 1, FA2_ERROR_RESERVED, "reserved3=1"),
+    P64(alibi_batch_stride, 8, FA2_ERROR_BAD_STRIDE, "alibi_batch_stride=8"),
+    P64(alibi_batch_stride, -1, FA2_ERROR_BAD_STRIDE, "alibi_batch_stride=-1"),
     /* device */
     D32(cc_major, 7, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 7.0"),
     D32(cc_major, 0, FA2_ERROR_UNSUPPORTED_DEVICE, "compute capability 0.0"),

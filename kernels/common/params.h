@@ -140,7 +140,8 @@ typedef struct fa2_params_t {
     /* The score variants (include/fa2.h): softcap 0 = off; the per-head tensors NULL =
        off. */
     float softcap;
-    const float *alibi_slopes; /* [heads_q] */
+    const float *alibi_slopes; /* [heads_q], or per sequence alibi_batch_stride apart */
+    int64_t alibi_batch_stride;
     const float *sinks;        /* [heads_q], natural log units */
     float *dsinks;             /* backward with sinks: [heads_q], written */
 } fa2_params_t;

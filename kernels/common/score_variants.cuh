@@ -47,12 +47,18 @@ __device__ __forceinline__ float alibi_in_score_units(const fa2_params_t &p, flo
     return fmaxf(fminf(a, 3.402823466e38f), -3.402823466e38f);
 }
 
-// Query head `head`'s variants for a sequence of seqlen_q rows over seqlen_k keys.
-__device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, int head,
-                                                        int seqlen_q, int seqlen_k)
+// Query head `head`'s ALiBi slope for sequence `batch` (one set for all, or per sequence).
+__device__ __forceinline__ float alibi_slope(const fa2_params_t &p, int batch, int head)
+{
+    return __ldg(p.alibi_slopes + batch * p.alibi_batch_stride + head);
+}
+
+// Query head `head`'s variants for sequence `batch`, seqlen_q rows over seqlen_k keys.
+__device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, int batch,
+                                                        int head, int seqlen_q, int seqlen_k)
 {
     return {p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f, score_units_log2(p),
-            p.alibi_slopes ? alibi_in_score_units(p, __ldg(p.alibi_slopes + head)) : 0.f,
+            p.alibi_slopes ? alibi_in_score_units(p, alibi_slope(p, batch, head)) : 0.f,
             static_cast<float>(seqlen_k - seqlen_q)};
 }
 

@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
             const DecodeRow row = decode_row((lane >> 2) + 8 * h, group, kv_head);
             row_position[h] = static_cast<float>(row.token + seq.seqlen_k - seq.seqlen_q);
             if (p.alibi_slopes)
-                row_alibi[0][h] = alibi_in_score_units(p, __ldg(p.alibi_slopes + row.head));
+                row_alibi[0][h] =
+                    alibi_in_score_units(p, alibi_slope(p, seq.batch, row.head));
         }
     }
     for (int stage = 0; t < t_end; t += Tr::kWarps) {

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_kernel(const fa2_params_
                                     win.block_needs_mask(row0, row0 + Tr::kBlockM - 1, key_first,
                                                          key_first + Tr::kBlockN - 1);
                 const ScoreVariants v =
-                    score_variants(p, b.head(step), seq.seqlen_q, seq.seqlen_k);
+                    score_variants(p, seq.batch, b.head(step), seq.seqlen_q, seq.seqlen_k);
 #pragma unroll
                 for (int m = 0; m < kM; ++m) {
                     float pg[kN][4];
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(Tr::kDqThreads, 1) dq_kernel(const fa2_params_
         }
 
     [[maybe_unused]] ScoreVariants variants{};
-    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
+    if constexpr (kScored) variants = score_variants(p, seq.batch, head, seq.seqlen_q, seq.seqlen_k);
 
     float dq[kM][kD][4];
     zero(dq);

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const fa2_params_t
     OnlineSoftmax<Tr::kMTiles> softmax;
     softmax.init();
     [[maybe_unused]] ScoreVariants variants{};
-    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
+    if constexpr (kScored) variants = score_variants(p, seq.batch, head, seq.seqlen_q, seq.seqlen_k);
 
     if (n_block_end > n_block_min) {
         load_tile<Elem, Tr::kBlockM, Tr::kLoadChunks, Tr::kRowBytes, Tr::kThreads>(

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
     }
 
     [[maybe_unused]] ScoreVariants variants{};
-    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
+    if constexpr (kScored) variants = score_variants(p, seq.batch, head, seq.seqlen_q, seq.seqlen_k);
 
     float dq[1][kD][4];
     zero(dq);

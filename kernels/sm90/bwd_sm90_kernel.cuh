@@ -241,7 +241,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
             uint32_t pa[Tr::kBlockM / 16][4], dsa[Tr::kBlockM / 16][4];
             if constexpr (kScored) {
                 const ScoreVariants v =
-                    score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
+                    score_variants(p, b.seq.batch, b.head(step), b.seq.seqlen_q,
+                                   b.seq.seqlen_k);
                 const int key_row = key_first + warp * 16 + (lane >> 2);
                 if (v.tanh_scale != 0.f) {
                     // softcap: P and pg = P (1 - tanh^2) while dPᵀ runs; pg as fp16 pairs

@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                                                          key_last);
                 if constexpr (kScored) {
                     const ScoreVariants v =
-                        score_variants(p, b.head(step), b.seq.seqlen_q, b.seq.seqlen_k);
+                        score_variants(p, b.seq.batch, b.head(step), b.seq.seqlen_q,
+                                       b.seq.seqlen_k);
                     float pg[kN][4];
                     exp_scores_keys_as_rows_variants(acc, pg_to(pg), v, b.seq.seqlen_q, win, lse,
                                                      masked, row0, key_row, lane);

@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     OnlineSoftmax<1> softmax;
     softmax.init();
     [[maybe_unused]] ScoreVariants variants{};
-    if constexpr (kScored) variants = score_variants(p, head, seq.seqlen_q, seq.seqlen_k);
+    if constexpr (kScored) variants = score_variants(p, seq.batch, head, seq.seqlen_q, seq.seqlen_k);
     // Softcapped scores offset by a fixed offset, not a running maximum
     [[maybe_unused]] float bounded_offset_log2 = 0.f;
     if constexpr (kBoundedScores) {

@@ -77,7 +77,7 @@ class Problem(ctypes.Structure):
                                        "max_splits")]
                 + [("batch_invariant", _i32), ("reserved2", _i32)]
                 + [("softcap", ctypes.c_float), ("alibi", _i32), ("sinks", _i32),
-                   ("reserved3", _i32)])
+                   ("reserved3", _i32), ("alibi_batch_stride", _i64)])
 
 
 class DeviceInfo(ctypes.Structure):

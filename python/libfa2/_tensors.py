@@ -2,7 +2,7 @@
 from ._cdefs import MAX_SPLITS
 from ._library import _lock, library
 from .errors import Fa2BadStride, Fa2Overlap, Fa2ShapeError
-from .plans import make_problem
+from .plans import alibi_key, make_problem
 
 # ---------------------------------------------------------------------------------
 # torch: tensors in, tensors out, autograd.
@@ -176,7 +176,7 @@ def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=No
     key = (id(lib), q.device.index, str(q.dtype), tuple(q.shape), q.stride(), tuple(k.shape),
            k_strides, tuple(v.shape), v_strides, o_shape, o_strides, bool(causal),
            tuple(window), softmax_scale, bool(deterministic), int(max_splits),
-           float(softcap), bool(alibi), bool(sinks))
+           float(softcap), alibi_key(alibi), bool(sinks))
     p = _plan_cache.get(key)
     if p is None:
         problem = make_problem(q.dtype, q.shape, k.shape, v.shape, o_shape,
@@ -201,16 +201,34 @@ def _empty_as(t):
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
-def _check_score_tensors(alibi_slopes, sinks, heads_q, device):
-    """The score variants' per-head tensors: contiguous float32 [heads_q] on q's device
-    (or None)."""
+def _check_score_tensors(alibi_slopes, sinks, heads_q, device, batch=None):
+    """The score variants' per-head tensors on q's device (or None): sinks contiguous
+    float32 [heads_q]; alibi_slopes the same, or [batch, heads_q] (each row contiguous),
+    as flash-attn takes them."""
     torch = _torch()
     for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
-        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or
-                              tuple(t.shape) != (heads_q,) or not t.is_contiguous() or
-                              t.device != device):
-            raise Fa2ShapeError(f"{name}: expected a contiguous float32 tensor [heads_q = "
-                                f"{heads_q}] on q's device")
+        if t is None:
+            continue
+        per_batch = name == "alibi_slopes" and batch is not None and \
+            isinstance(t, torch.Tensor) and t.dim() == 2
+        shape = (batch, heads_q) if per_batch else (heads_q,)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or \
+                tuple(t.shape) != shape or t.stride(-1) != 1 or t.device != device or \
+                (per_batch and t.stride(0) < 0):
+            want = f"[heads_q = {heads_q}]" + (f" or [batch = {batch}, heads_q]"
+                                               if name == "alibi_slopes" and batch else "")
+            raise Fa2ShapeError(f"{name}: expected a float32 tensor {want} on q's device, "
+                                "last dim contiguous")
+
+
+def alibi_stride(alibi_slopes):
+    """The plan's alibi for these slopes (plans.alibi_key): None without slopes, 0 for
+    [heads_q], the batch stride for [batch, heads_q] (0 when batch is 1)."""
+    if alibi_slopes is None:
+        return None
+    if alibi_slopes.dim() == 1 or alibi_slopes.shape[0] == 1:
+        return 0
+    return int(alibi_slopes.stride(0))
 
 
 def _max_splits(num_splits):

@@ -54,6 +54,21 @@ def _probs(out, lse, return_attn_probs):
     return (out, lse, None) if return_attn_probs else out
 
 
+def _padded(tensors, softmax_scale):
+    """flash-attn's handling of a head dim that is not a multiple of 8: the tensors
+    zero-padded to one (a copy; autograd slices their gradients back), the scale from the
+    true head dim. Returns (tensors, softmax_scale, head_dim) or, when no padding is
+    needed, the tensors as they are."""
+    d = tensors[0].shape[-1]
+    pad = (-d) % 8
+    if pad == 0:
+        return tensors, softmax_scale, d
+    torch = _torch()
+    padded = tuple(None if t is None else torch.nn.functional.pad(t, [0, pad])
+                   for t in tensors)
+    return padded, d ** -0.5 if softmax_scale is None else softmax_scale, d
+
+
 def _tensor4(name, t):
     torch = _torch()
     if not isinstance(t, torch.Tensor):
@@ -70,12 +85,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     (out, softmax_lse [batch, heads_q, seqlen_q] float32, None). alibi_slopes: float32
     [heads_q]. sinks (keyword-only, libfa2's): float32 [heads_q] attention-sink logits."""
     _refuse("flash_attn_func", dropout_p)
-    _tensor4("k", k)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor4(name, t)
     causal, left, right = flash_window(window_size, causal, k.shape[1] if k.dim() == 4 else 0)
+    (q, k, v), softmax_scale, d = _padded((q, k, v), softmax_scale)
     out, lse = attention_with_lse(q, k, v, causal=causal, window=(left, right),
                                   softmax_scale=softmax_scale, deterministic=deterministic,
                                   softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-    return _probs(out, lse, return_attn_probs)
+    return _probs(out[..., :d], lse, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -138,10 +155,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _check_offsets("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
     if seqused_k is not None:
         _check_offsets("seqused_k", seqused_k, batch, q.device)
-    _check_score_tensors(alibi_slopes, sinks, q.shape[1], q.device)
+    _check_score_tensors(alibi_slopes, sinks, q.shape[1], q.device, batch)
     causal, left, right = flash_window(window_size, causal, int(max_seqlen_k))
     if out is not None:
         _check_varlen_out(out, q)
+    (q, k, v), softmax_scale, d = _padded((q, k, v), softmax_scale)
+    if out is not None and d != q.shape[-1]:  # written through a padded copy
+        result = flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
+            softmax_scale, causal, (left, right), softcap, alibi_slopes, deterministic,
+            return_attn_probs, block_table, seqused_k=seqused_k, return_lse=return_lse,
+            sinks=sinks)
+        o = result[0] if isinstance(result, tuple) else result
+        out.copy_(o[..., :d])
+        return (out,) + tuple(result[1:]) if isinstance(result, tuple) else out
     q3 = q if q.stride(-1) == 1 else q.contiguous()
     if block_table is not None:
         _check_tensors(q3.unsqueeze(0), k, v)
@@ -168,6 +195,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             o, lse = _varlen_forward(*common, (left, right), *options, out=out)
         else:
             o, lse = _custom_ops().varlen_fwd(*common, left, right, *options)
+    o = o[..., :d]
     if return_lse:
         return o, lse
     return _probs(o, lse, return_attn_probs)
@@ -261,7 +289,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     q3 = (q if q.is_contiguous() else q.contiguous()).view(batch * seqlen_q, q.shape[2],
                                                              q.shape[3])
     _check_tensors(q3.unsqueeze(0), k_cache, v_cache)
-    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device)
+    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device, batch)
     table = _page_table(block_table, cache_batch_idx, k_cache, batch, q.device)
     page_size = k_cache.shape[1]
     capacity = table.shape[1] * page_size
@@ -278,12 +306,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if k is not None:
         seqused = _append(k, v, seqused, table, k_cache, v_cache, batch, capacity)
     causal, left, right = flash_window(window_size, causal, capacity)
+    # a head dim that is not a multiple of 8: padded copies of q and the caches
+    (q3, k_cache, v_cache), softmax_scale, d = _padded((q3, k_cache, v_cache), softmax_scale)
     o, lse = paged_forward(q3, k_cache, v_cache, _uniform_offsets(batch, seqlen_q, q.device),
                            seqused, table, seqlen_q, capacity, causal=causal,
                            window=(left, right), softmax_scale=softmax_scale, softcap=softcap,
                            alibi_slopes=alibi_slopes, sinks=sinks, num_splits=num_splits,
                            return_lse=True, check_metadata=check_metadata)
-    o = o.view(q.shape)
+    o = o[..., :d].view(q.shape)
     if not return_softmax_lse:
         return o
     # [heads_q, batch * seqlen_q] -> flash-attn's [batch, heads_q, seqlen_q]
@@ -334,8 +364,15 @@ def _append(k, v, seqused, table, k_cache, v_cache, batch, capacity):
                         .long())
     slots = torch.where(inside, page * page_size + pos % page_size, -1).to(torch.int32)
     rows = batch * new
-    cache_write(k.contiguous().view(rows, *k.shape[2:]), v.contiguous().view(rows, *v.shape[2:]),
-                slots.view(rows), k_cache, v_cache, table.shape[1], capacity)
+    k_rows, v_rows = (t.contiguous().view(rows, *t.shape[2:]) for t in (k, v))
+    if k_cache.shape[-1] % 8 == 0:
+        cache_write(k_rows, v_rows, slots.view(rows), k_cache, v_cache, table.shape[1],
+                    capacity)
+    else:  # rows the library cannot address (16-byte aligned): torch writes them
+        keep = slots.view(rows) >= 0
+        at = slots.view(rows)[keep].long()
+        k_cache[at // page_size, at % page_size] = k_rows[keep]
+        v_cache[at // page_size, at % page_size] = v_rows[keep]
     return (seqused + new).clamp_(max=capacity).to(torch.int32)
 
 

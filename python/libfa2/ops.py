@@ -6,9 +6,9 @@ from ._library import library
 from ._tensors import (_as_c_input, _check_gradient, _check_like, _check_lse, _check_output,
                        _check_score_tensors, _check_tensors, _dense_strides, _empty_as,
                        _lock, _lse_shape, _max_splits, _plan_cache, _PLAN_CACHE_MAX, _torch,
-                       plan_for, repeats_addresses)
+                       alibi_stride, plan_for, repeats_addresses)
 from .errors import Fa2ShapeError
-from .plans import _ptr, _stream, make_varlen_problem
+from .plans import _ptr, _stream, alibi_key, make_varlen_problem
 
 
 def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=None,
@@ -28,7 +28,7 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     the LSE returned includes the sink."""
     torch = _torch()
     _check_tensors(q, k, v)
-    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device)
+    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device, q.shape[0])
     max_splits = _max_splits(num_splits)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -41,7 +41,7 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     p = plan_for(q, k, v, out, causal=causal, window=window, softmax_scale=softmax_scale,
                  deterministic=deterministic, max_splits=max_splits, softcap=softcap,
-                 alibi=alibi_slopes is not None, sinks=sinks is not None, lib=lib)
+                 alibi=alibi_stride(alibi_slopes), sinks=sinks is not None, lib=lib)
     workspace = (torch.empty(int(p.workspace_bytes), dtype=torch.uint8, device=q.device)
                  if p.workspace_bytes else None)
     with torch.cuda.device(q.device):
@@ -70,7 +70,7 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     call. With seqlen_k = 0, dq is zero and dk, dv have no elements."""
     torch = _torch()
     _check_tensors(q, k, v)
-    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device)
+    _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device, q.shape[0])
     _check_like("o", o, q.shape, q.dtype, q.device)
     _check_like("d_o", d_o, q.shape, q.dtype, q.device)
     _check_lse("lse", lse, q)
@@ -82,7 +82,7 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
                      for t in (q, k, v))
     p = plan_for(q_c, k_c, v_c, o, causal=causal, window=window,
                  softmax_scale=softmax_scale, deterministic=deterministic, softcap=softcap,
-                 alibi=alibi_slopes is not None, sinks=sinks is not None, lib=lib)
+                 alibi=alibi_stride(alibi_slopes), sinks=sinks is not None, lib=lib)
     dq = _empty_as(q_c) if dq is None else dq
     dk = _empty_as(k_c) if dk is None else dk
     dv = _empty_as(v_c) if dv is None else dv
@@ -294,7 +294,7 @@ def _varlen_plan(q3, k3, v3, batch, max_seqlen_q, max_seqlen_k, causal, window,
     key = ("varlen", q3.device.index, str(q3.dtype), tuple(q3.shape), q3.stride(),
            tuple(k3.shape), k3.stride(), v3.stride(), o_strides, batch, int(max_seqlen_q),
            int(max_seqlen_k), bool(causal), tuple(window), softmax_scale, bool(deterministic),
-           float(softcap), bool(alibi), bool(sinks), pages, int(max_splits))
+           float(softcap), alibi_key(alibi), bool(sinks), pages, int(max_splits))
     p = _plan_cache.get(key)
     if p is None:
         lib = library()
@@ -330,7 +330,7 @@ def _varlen_forward(q3, k3, v3, cu_q, cu_k, seqused_k, max_q, max_k, causal, win
     [heads_q, total_q]."""
     torch = _torch()
     p = _varlen_plan(q3, k3, v3, cu_q.numel() - 1, max_q, max_k, causal, window,
-                     softmax_scale, deterministic, softcap, alibi_slopes is not None,
+                     softmax_scale, deterministic, softcap, alibi_stride(alibi_slopes),
                      sinks is not None, o3=out)
     k_c, v_c = _varlen_inputs(k3, v3, q3)
     o = torch.empty(q3.shape, dtype=q3.dtype, device=q3.device) if out is None else out
@@ -359,7 +359,7 @@ def paged_forward(q3, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, max
     torch = _torch()
     pages = (k_cache.shape[1], k_cache.shape[0], page_table.shape[1])
     p = _varlen_plan(q3, k_cache, v_cache, page_table.shape[0], max_seqlen_q, max_seqlen_k,
-                     causal, window, softmax_scale, False, softcap, alibi_slopes is not None,
+                     causal, window, softmax_scale, False, softcap, alibi_stride(alibi_slopes),
                      sinks is not None, o3=out, pages=pages, max_splits=_max_splits(num_splits))
     o = torch.empty(q3.shape, dtype=q3.dtype, device=q3.device) if out is None else out
     lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q3.device) \
@@ -419,7 +419,7 @@ def _varlen_backward(d_o, q3, k3, v3, o, lse, cu_q, cu_k, seqused_k, max_q, max_
     if k3.shape[0] == 0:
         return dq, dk, dv, dsinks  # no key: dQ = 0, dK and dV empty, O = 0: dsinks = 0
     p = _varlen_plan(q3, k3, v3, cu_q.numel() - 1, max_q, max_k, causal, window,
-                     softmax_scale, deterministic, softcap, alibi_slopes is not None,
+                     softmax_scale, deterministic, softcap, alibi_stride(alibi_slopes),
                      sinks is not None)
     d_o = d_o.contiguous()  # O's strides (o is contiguous)
     workspace = torch.empty(max(int(p.bwd_workspace_bytes), 16), dtype=torch.uint8,

@@ -27,7 +27,8 @@ def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strid
     elements (4 values with the last = 1, or 3: batch, seq, head; None = contiguous
     BSHD). Shapes must agree (q with o, k with v, batch and head_dim everywhere), else
     Fa2ShapeError; everything else is left to fa2_plan, which validates it. softcap,
-    alibi, sinks: the score variants (include/fa2.h)."""
+    alibi, sinks: the score variants (include/fa2.h); alibi False, True ([heads_q] slopes)
+    or the slopes' batch stride (an int: [batch, heads_q] rows that far apart)."""
     lib = lib or library()
     shapes = {"q": q_shape, "k": k_shape, "v": k_shape if v_shape is None else v_shape,
               "o": q_shape if o_shape is None else o_shape}
@@ -60,11 +61,22 @@ def make_problem(dtype, q_shape, k_shape, v_shape=None, o_shape=None, *, q_strid
     return p
 
 
+def alibi_key(alibi):
+    """`alibi` as the problem's fields say it: -1 off (None or False), else the slopes'
+    batch stride (True: 0, one [heads_q] set for every sequence; an int: [batch, heads_q]
+    rows that many floats apart)."""
+    if alibi is None or alibi is False:
+        return -1
+    return 0 if alibi is True else int(alibi)
+
+
 def _set_score_variants(p, softcap, alibi, sinks):
-    """The score variants' fields of a problem: softcap (0 = off), alibi and sinks
-    (whether their tensors come with the calls)."""
+    """The score variants' fields of a problem: softcap (0 = off), alibi (alibi_key) and
+    sinks (whether their tensors come with the calls)."""
     p.softcap = float(softcap)
-    p.alibi, p.sinks = int(bool(alibi)), int(bool(sinks))
+    stride = alibi_key(alibi)
+    p.alibi, p.alibi_batch_stride = int(stride >= 0), max(stride, 0)
+    p.sinks = int(bool(sinks))
 
 
 def make_varlen_problem(dtype, total_q, total_k, heads_q, heads_kv, head_dim, *, batch,

@@ -197,7 +197,7 @@ def forward_refusals():
          dict(out=good_out, lse=filled(lse_shape, torch.float32, device="cpu")),
          [good_out]),
         ("forward alibi_slopes float16", fa2.Fa2ShapeError,
-         "alibi_slopes: expected a contiguous float32",
+         "alibi_slopes: expected a float32 tensor",
          dict(out=good_out, alibi_slopes=filled((h,), torch.float16)), None),
         ("forward sinks of heads_q + 1", fa2.Fa2ShapeError, "sinks: expected",
          dict(out=good_out, sinks=filled((h + 1,), torch.float32)), None),

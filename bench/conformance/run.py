@@ -65,15 +65,19 @@ def main():
     os.unlink(report)
     print(f"\nflash-attn's tests against libfa2 ({args.cases} cases per function, seed "
           f"{args.seed}{', full grid ' + args.full if args.full else ''})")
-    print(f"{'test function':42} {'passed':>7} {'failed':>7} {'refused':>8} {'skipped':>8}")
+    print(f"{'test function':42} {'grid':>7} {'dropout':>8} {'chosen':>7} {'passed':>7} "
+          f"{'failed':>7} {'refused':>8} {'skipped':>8}")
     failed = 0
-    for name, counts in sorted(result["outcomes"].items()):
+    for name, (grid, dropped, chosen) in sorted(result["selection"].items()):
+        counts = result["outcomes"].get(name, {})
         failed += counts.get("failed", 0)
-        print(f"{name:42} {counts.get('passed', 0):7} {counts.get('failed', 0):7} "
-              f"{counts.get('refused', 0):8} {counts.get('skipped', 0):8}")
+        print(f"{name:42} {grid:7} {dropped:8} {chosen:7} {counts.get('passed', 0):7} "
+              f"{counts.get('failed', 0):7} {counts.get('refused', 0):8} "
+              f"{counts.get('skipped', 0):8}")
         for case, line in counts.get("first_failures", []):
             print(f"    FAILED {case}: {line}")
-    print("left out: " + "; ".join(result["deselected"]))
+    print("grid: the function's cases; dropout: left out (" + "; ".join(result["deselected"])
+          + "); chosen: run")
     print("refused: a case failing with libfa2 refusing an argument by name (rotary, "
           "cache_leftpad)")
     return 1 if failed else 0

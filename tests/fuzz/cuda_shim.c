@@ -68,6 +68,14 @@ cudaError_t CUDARTAPI cudaGetDeviceCount(int *count)
     return cudaSuccess;
 }
 
+/* A driver is loaded (version 13.0) unless the fuzzed device count fails as a missing
+ * driver does. */
+cudaError_t CUDARTAPI cudaDriverGetVersion(int *version)
+{
+    *version = g_shim.count_error == cudaErrorInsufficientDriver ? 0 : 13000;
+    return cudaSuccess;
+}
+
 /* An ordinal past the library's per-device cache (64 slots), so that every call
  * queries the (fuzzed) attributes afresh. */
 cudaError_t CUDARTAPI cudaGetDevice(int *device)

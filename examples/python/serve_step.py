@@ -30,7 +30,8 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 import libfa2 as fa2  # noqa: E402
-from libfa2.flash_attn_interface import flash_attn_varlen_func, flash_attn_with_kvcache  # noqa: E402
+from libfa2.flash_attn_interface import (flash_attn_varlen_func,  # noqa: E402
+                                         flash_attn_with_kvcache)
 
 HEADS_Q, HEADS_KV, HEAD_DIM = 16, 4, 128
 PAGE, PAGES_PER_SEQ = 16, 64          # at most 1024 keys per sequence

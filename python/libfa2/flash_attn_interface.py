@@ -69,7 +69,7 @@ def _padded(tensors, softmax_scale):
     return padded, d ** -0.5 if softmax_scale is None else softmax_scale, d
 
 
-def _tensor4(name, t):
+def _tensor(name, t):
     torch = _torch()
     if not isinstance(t, torch.Tensor):
         raise Fa2ShapeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
@@ -86,7 +86,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     [heads_q]. sinks (keyword-only, libfa2's): float32 [heads_q] attention-sink logits."""
     _refuse("flash_attn_func", dropout_p)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _tensor4(name, t)
+        _tensor(name, t)
     causal, left, right = flash_window(window_size, causal, k.shape[1] if k.dim() == 4 else 0)
     (q, k, v), softmax_scale, d = _padded((q, k, v), softmax_scale)
     out, lse = attention_with_lse(q, k, v, causal=causal, window=(left, right),
@@ -100,7 +100,7 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               deterministic=False, return_attn_probs=False):
     """flash_attn.flash_attn_qkvpacked_func: qkv [batch, seqlen, 3, heads, d]. Q, K and V
     go to the library as strided views of qkv (no copy); their gradients land in qkv."""
-    qkv = _tensor4("qkv", qkv)
+    qkv = _tensor("qkv", qkv)
     if qkv.dim() != 5 or qkv.shape[2] != 3:
         raise Fa2ShapeError(f"qkv has shape {tuple(qkv.shape)}: expected [batch, seqlen, 3, "
                             "heads, head_dim]")
@@ -114,7 +114,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              deterministic=False, return_attn_probs=False):
     """flash_attn.flash_attn_kvpacked_func: q [batch, seqlen_q, heads_q, d], kv [batch,
     seqlen_k, 2, heads_kv, d] (strided views, no copy)."""
-    kv = _tensor4("kv", kv)
+    kv = _tensor("kv", kv)
     if kv.dim() != 5 or kv.shape[2] != 2:
         raise Fa2ShapeError(f"kv has shape {tuple(kv.shape)}: expected [batch, seqlen_k, 2, "
                             "heads_kv, head_dim]")
@@ -206,7 +206,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False):
     """flash_attn.flash_attn_varlen_qkvpacked_func: qkv [total, 3, heads, d]."""
-    qkv = _tensor4("qkv", qkv)
+    qkv = _tensor("qkv", qkv)
     if qkv.dim() != 4 or qkv.shape[1] != 3:
         raise Fa2ShapeError(f"qkv has shape {tuple(qkv.shape)}: expected [total, 3, heads, "
                             "head_dim]")
@@ -223,7 +223,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     return_attn_probs=False):
     """flash_attn.flash_attn_varlen_kvpacked_func: q [total_q, heads_q, d], kv [total_k,
     2, heads_kv, d]."""
-    kv = _tensor4("kv", kv)
+    kv = _tensor("kv", kv)
     if kv.dim() != 4 or kv.shape[1] != 2:
         raise Fa2ShapeError(f"kv has shape {tuple(kv.shape)}: expected [total_k, 2, heads_kv, "
                             "head_dim]")
@@ -273,7 +273,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _refuse("flash_attn_with_kvcache", rotary_cos=rotary_cos, rotary_sin=rotary_sin,
             cache_leftpad=cache_leftpad)
     torch = _torch()
-    q = _tensor4("q", q)
+    q = _tensor("q", q)
     if q.dim() != 4:
         raise Fa2ShapeError("q: expected a 4-dim tensor [batch, seqlen_q, heads, head_dim]")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):

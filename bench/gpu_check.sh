@@ -44,6 +44,10 @@
 #   FA2_PROFILE=1    also run Nsight Compute over bench/lab/variants_profile.py (the plain,
 #                    softcap and ALiBi forward kernels, d = 128, 8k causal): every
 #                    metric of its sections as CSV, ncu-variants.csv
+#   FA2_CONFORMANCE=DIR also run bench/conformance/run.py: flash-attn's own tests from the
+#                    flash-attention checkout in DIR against this build's shims
+#                    (FA2_CONFORMANCE_ARGS: its extra arguments, e.g. "--cases 60");
+#                    conformance.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -223,6 +227,13 @@ if [ "${FA2_VARIANTS:-0}" = 1 ]; then
         --csv "$OUT/variants.csv"
 fi
 
+if [ -n "${FA2_CONFORMANCE:-}" ]; then
+    : >"$OUT/conformance.log"
+    # shellcheck disable=SC2086
+    run_step conformance "$OUT/conformance.log" python3 bench/conformance/run.py \
+        --flash-attn "$FA2_CONFORMANCE" --lib "$BUILD/libfa2.so" ${FA2_CONFORMANCE_ARGS:-}
+fi
+
 # ---- summary (last, so the device tool's output tail holds it) -----------------------
 {
     echo
@@ -283,6 +294,8 @@ fi
     summary_lines extra-tests.log "extra:  tests against the first extra library:" \
         '^=== test_|^\[  (PASSED|FAILED)  \]'
     summary_lines profile.log "profile: (ncu, forward kernels, 1 x 8k GQA 32:8 d128 causal)" '^profile '
+    summary_lines conformance.log "conform: flash-attn's tests (passed failed refused per function):" \
+        '^test_flash_attn|FAILED'
     if [ "${FA2_SANITIZER:-0}" = 1 ]; then
         grep -hE 'sanitizer_[a-z]+: exit|SKIP: compute-sanitizer' "$OUT/sanitizer.log" | sed -E 's/^([0-9]+: )?/sanit:  /'
     fi

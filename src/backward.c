@@ -72,14 +72,13 @@ static fa2_status_t check_backward_overlap(const fa2_plan_t *plan, const void *q
 {
     const fa2_problem_t *pr = &plan->problem;
     const int64_t rows = fa2_lse_rows(pr);
-    const int64_t per_head = pr->heads_q * 4; /* slopes, sinks, dsinks: float [heads_q] */
+    const int64_t per_head = pr->heads_q * 4; /* sinks, dsinks: float [heads_q] */
     const fa2_span_t inputs[8] = {
         fa2_layout_span(pr, FA2_LAYOUT_Q, "q", q), fa2_layout_span(pr, FA2_LAYOUT_K, "k", k),
         fa2_layout_span(pr, FA2_LAYOUT_V, "v", v), fa2_layout_span(pr, FA2_LAYOUT_O, "o", o),
         fa2_layout_span(pr, FA2_LAYOUT_O, "d_o", d_o), fa2_bytes_span("lse", lse, rows * 4),
         fa2_bytes_span("alibi_slopes", t->alibi_slopes,
-                       t->alibi_slopes ? per_head + (pr->batch - 1) * pr->alibi_batch_stride * 4
-                                       : 0),
+                       t->alibi_slopes ? fa2_alibi_slopes_bytes(pr) : 0),
         fa2_bytes_span("sinks", t->sinks, t->sinks ? per_head : 0)};
     const fa2_span_t outputs[5] = {
         fa2_layout_span(pr, FA2_LAYOUT_Q, "dq", dq), fa2_layout_span(pr, FA2_LAYOUT_K, "dk", dk),

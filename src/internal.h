@@ -315,4 +315,15 @@ static inline int fa2_add_i64(int64_t a, int64_t b, int64_t *out)
     return 1;
 }
 
+/* Bytes the ALiBi slopes span, ((batch - 1) * alibi_batch_stride + heads_q) floats, for
+ * a problem whose sizes and stride are in range; -1 when that overflows int64. */
+static inline int64_t fa2_alibi_slopes_bytes(const fa2_problem_t *p)
+{
+    int64_t rows, floats, bytes;
+    if (!fa2_mul_i64(p->batch - 1, p->alibi_batch_stride, &rows) ||
+        !fa2_add_i64(rows, p->heads_q, &floats) || !fa2_mul_i64(floats, 4, &bytes))
+        return -1;
+    return bytes;
+}
+
 #endif

@@ -292,6 +292,11 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
                         "alibi_batch_stride=%lld is not supported (0 or, with alibi=1, up to "
                         "2^31 - 1; alibi=%d)",
                         (long long)p->alibi_batch_stride, (int)p->alibi);
+    if (p->alibi && fa2_alibi_slopes_bytes(p) < 0)
+        return fa2_fail(FA2_ERROR_SIZE_OVERFLOW,
+                        "alibi_batch_stride=%lld: the slopes of batch=%lld sequences span more "
+                        "bytes than int64 holds",
+                        (long long)p->alibi_batch_stride, (long long)p->batch);
     /* The tensors as laid out (a packed batch: its rows; paged K/V: its pages). */
     const fa2_layout_dims_t qd = fa2_layout_dims(p, 1), kd = fa2_layout_dims(p, 0);
 

@@ -778,6 +778,26 @@ static void test_layout_init_helpers(void **state)
     fa2_problem_init_paged(NULL, FA2_DTYPE_BF16, 1, 1, 1, 1, 1, 1, 64, 16, 1, 1);
 }
 
+/* ALiBi slopes per sequence: any stride up to 2^31 - 1 plans; one whose slopes would span
+ * more bytes than int64 holds is refused. */
+static void test_alibi_batch_stride(void **state)
+{
+    fa2_problem_t p = base();
+    fa2_device_info_t d = h200();
+    (void)state;
+    p.alibi = 1;
+    p.alibi_batch_stride = p.heads_q;
+    EXPECT_OK(&p, &d);
+    p.alibi_batch_stride = INT32_MAX;
+    EXPECT_OK(&p, &d);
+    p.batch = INT32_MAX;
+    EXPECT_FAIL(&p, &d, FA2_ERROR_SIZE_OVERFLOW, "alibi_batch_stride=2147483647",
+                "batch=2147483647");
+    p = base();
+    p.alibi_batch_stride = 8; /* without alibi */
+    EXPECT_FAIL(&p, &d, FA2_ERROR_BAD_STRIDE, "alibi_batch_stride=8", "alibi=0");
+}
+
 static void test_forward_struct_size(void **state)
 {
     fa2_plan_t pl = valid_plan();
@@ -860,6 +880,7 @@ int main(void)
         cmocka_unit_test(test_packed_batch),
         cmocka_unit_test(test_paged_batch),
         cmocka_unit_test(test_layout_init_helpers),
+        cmocka_unit_test(test_alibi_batch_stride),
         cmocka_unit_test(test_forward_struct_size),
         cmocka_unit_test(test_forward_misaligned),
         cmocka_unit_test(test_forward_workspace),

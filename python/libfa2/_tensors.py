@@ -163,6 +163,19 @@ def _as_c_input(q, t):
     return q if t.shape[1] == 0 else t
 
 
+def cached_plan(key, make):
+    """The plan cached under `key`, made by make() on a miss (the cache starts over when
+    full)."""
+    p = _plan_cache.get(key)
+    if p is None:
+        p = make()
+        with _lock:
+            if len(_plan_cache) >= _PLAN_CACHE_MAX:
+                _plan_cache.clear()
+            _plan_cache[key] = p
+    return p
+
+
 def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=None,
              deterministic=False, max_splits=0, softcap=0.0, alibi=False, sinks=False,
              lib=None):
@@ -177,8 +190,8 @@ def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=No
            k_strides, tuple(v.shape), v_strides, o_shape, o_strides, bool(causal),
            tuple(window), softmax_scale, bool(deterministic), int(max_splits),
            float(softcap), alibi_key(alibi), bool(sinks))
-    p = _plan_cache.get(key)
-    if p is None:
+
+    def make():
         problem = make_problem(q.dtype, q.shape, k.shape, v.shape, o_shape,
                                q_strides=q.stride(), k_strides=k_strides,
                                v_strides=v_strides, o_strides=o_strides, causal=causal,
@@ -186,12 +199,8 @@ def plan_for(q, k, v, o=None, *, causal=False, window=(-1, -1), softmax_scale=No
                                deterministic=deterministic, softcap=softcap, alibi=alibi,
                                sinks=sinks, lib=lib)
         problem.max_splits = int(max_splits)
-        p = lib.plan(problem, q.device.index)
-        with _lock:
-            if len(_plan_cache) >= _PLAN_CACHE_MAX:
-                _plan_cache.clear()
-            _plan_cache[key] = p
-    return p
+        return lib.plan(problem, q.device.index)
+    return cached_plan(key, make)
 
 
 def _empty_as(t):

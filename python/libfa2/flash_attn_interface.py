@@ -308,11 +308,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     causal, left, right = flash_window(window_size, causal, capacity)
     # a head dim that is not a multiple of 8: padded copies of q and the caches
     (q3, k_cache, v_cache), softmax_scale, d = _padded((q3, k_cache, v_cache), softmax_scale)
-    o, lse = paged_forward(q3, k_cache, v_cache, _uniform_offsets(batch, seqlen_q, q.device),
+    result = paged_forward(q3, k_cache, v_cache, _uniform_offsets(batch, seqlen_q, q.device),
                            seqused, table, seqlen_q, capacity, causal=causal,
                            window=(left, right), softmax_scale=softmax_scale, softcap=softcap,
                            alibi_slopes=alibi_slopes, sinks=sinks, num_splits=num_splits,
-                           return_lse=True, check_metadata=check_metadata)
+                           return_lse=bool(return_softmax_lse), check_metadata=check_metadata)
+    o, lse = result if return_softmax_lse else (result, None)
     o = o[..., :d].view(q.shape)
     if not return_softmax_lse:
         return o

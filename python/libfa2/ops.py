@@ -5,8 +5,8 @@ from ._cdefs import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, CombineProblem
 from ._library import library
 from ._tensors import (_as_c_input, _check_gradient, _check_like, _check_lse, _check_output,
                        _check_score_tensors, _check_tensors, _dense_strides, _empty_as,
-                       _lock, _lse_shape, _max_splits, _plan_cache, _PLAN_CACHE_MAX, _torch,
-                       alibi_stride, plan_for, repeats_addresses)
+                       _lock, _lse_shape, _max_splits, _torch, alibi_stride, cached_plan,
+                       plan_for, repeats_addresses)
 from .errors import Fa2ShapeError
 from .plans import _ptr, _stream, alibi_key, make_varlen_problem
 
@@ -295,8 +295,8 @@ def _varlen_plan(q3, k3, v3, batch, max_seqlen_q, max_seqlen_k, causal, window,
            tuple(k3.shape), k3.stride(), v3.stride(), o_strides, batch, int(max_seqlen_q),
            int(max_seqlen_k), bool(causal), tuple(window), softmax_scale, bool(deterministic),
            float(softcap), alibi_key(alibi), bool(sinks), pages, int(max_splits))
-    p = _plan_cache.get(key)
-    if p is None:
+
+    def make():
         lib = library()
         row = 1 if pages is not None else 0  # a paged cache's rows are its second dim
         paged = None if pages is None else tuple(pages) + (k3.stride(0), v3.stride(0))
@@ -309,12 +309,8 @@ def _varlen_plan(q3, k3, v3, batch, max_seqlen_q, max_seqlen_k, causal, window,
             alibi=alibi, sinks=sinks, lib=lib)
         problem.deterministic = int(bool(deterministic))
         problem.max_splits = int(max_splits)
-        p = lib.plan(problem, q3.device.index)
-        with _lock:
-            if len(_plan_cache) >= _PLAN_CACHE_MAX:
-                _plan_cache.clear()
-            _plan_cache[key] = p
-    return p
+        return lib.plan(problem, q3.device.index)
+    return cached_plan(key, make)
 
 
 def _varlen_inputs(k3, v3, q3):
@@ -386,19 +382,16 @@ def cache_write(k_new, v_new, slot_mapping, k_cache, v_cache, page_table_width, 
     lib = library()
     key = ("cache_write", k_new.device.index, str(k_new.dtype), tuple(k_cache.shape),
            k_cache.stride(), v_cache.stride(), page_table_width, int(max_seqlen_k))
-    p = _plan_cache.get(key)
-    if p is None:
+
+    def make():
         problem = make_varlen_problem(
             k_new.dtype, 1, 0, heads_kv, heads_kv, d, batch=1, max_seqlen_q=1,
             max_seqlen_k=max_seqlen_k, k_strides=k_cache.stride()[1:3],
             v_strides=v_cache.stride()[1:3],
             pages=(page_size, num_pages, page_table_width, k_cache.stride(0),
                    v_cache.stride(0)), lib=lib)
-        p = lib.plan(problem, k_new.device.index)
-        with _lock:
-            if len(_plan_cache) >= _PLAN_CACHE_MAX:
-                _plan_cache.clear()
-            _plan_cache[key] = p
+        return lib.plan(problem, k_new.device.index)
+    p = cached_plan(key, make)
     with torch.cuda.device(k_new.device):
         lib.check(lib.cdll.fa2_cache_write(
             ctypes.byref(p.raw), _ptr(k_new), _ptr(v_new), n, k_new.stride(0),

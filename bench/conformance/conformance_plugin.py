@@ -5,9 +5,16 @@ Selection (fixed seed, so a run is reproducible from its command line), made bef
 pytest expands a test function's parameter grid (flash-attn's grids hold hundreds of
 thousands of cases; expanding them all takes minutes):
 - only the functions FA2_CONF_FUNCTIONS names (all when empty);
-- deselected, whatever the function: the cases DESELECTED lists, each with its reason;
-- of each function, FA2_CONF_CASES cases drawn at random (seed FA2_CONF_SEED), plus every
-  case whose head dim FA2_CONF_FULL lists for it, e.g. "test_flash_attn_output:64,128".
+- left out, whatever the function: the cases LEFT_OUT lists, each with its reason
+  (dropout, which libfa2 does not have; cases the test function skips itself);
+- refused by name: the cases REFUSED lists (arguments libfa2 refuses by name, e.g.
+  rotary embeddings), sampled apart: FA2_CONF_REFUSED_CASES of them run, to show the
+  refusal;
+- of the rest of each function, FA2_CONF_CASES cases drawn at random (seed
+  FA2_CONF_SEED), plus every case whose head dim FA2_CONF_FULL lists for it, e.g.
+  "test_flash_attn_output:64,128";
+- FA2_CONF_SHARD="i/n": only every n-th chosen case from the i-th (run.py --jobs runs
+  n such processes side by side).
 
 Outcomes, written as JSON to FA2_CONF_REPORT: passed, failed, skipped (by the test
 itself), and "refused": a failure whose error is libfa2 refusing by name an argument it
@@ -20,14 +27,27 @@ import random
 
 import pytest
 
-# (reason, predicate on a case's parameters)
-DESELECTED = [
+# (reason, predicate on a case's parameters): cases that do not run at all.
+LEFT_OUT = [
     ("dropout: libfa2 has none (the cases decode flash-attn's dropout masks)",
      lambda params: params.get("dropout_p", 0.0) != 0.0),
+    # test_flash_attn_kvcache skips these itself (its first lines): not drawn, so that
+    # the cases drawn run
+    ("cases test_flash_attn_kvcache skips itself",
+     lambda params: "new_kv" in params and (
+         (params["seqlen_q"] > params["seqlen_k"] and params["new_kv"])
+         or (not params["new_kv"] and params["rotary_fraction"] > 0.0)
+         or (params["has_batch_idx"] and params["paged_kv_block_size"] is not None)
+         or (params["has_leftpad"] and params["paged_kv_block_size"] is not None))),
+]
+# (argument, predicate): cases that pass an argument libfa2 refuses by name.
+REFUSED = [
+    ("rotary embeddings", lambda params: params.get("rotary_fraction", 0.0) > 0.0),
+    ("cache_leftpad", lambda params: bool(params.get("has_leftpad", False))),
 ]
 REFUSED_MARK = "is not supported by libfa2"
 
-_selection = {}  # function -> (cases in its grid, deselected by DESELECTED, chosen)
+_selection = {}  # function -> counts of its grid, left out, refused, chosen
 _outcomes = {}
 
 
@@ -64,13 +84,22 @@ def _sample(name, obj):
     if not marks:
         return
     names, cases = _grid(marks)
-    kept = [c for c in cases if not any(rule(dict(zip(names, c))) for _, rule in DESELECTED)]
+    params = [dict(zip(names, c)) for c in cases]
+    kept = [(c, p) for c, p in zip(cases, params)
+            if not any(rule(p) for _, rule in LEFT_OUT)]
+    refused = [c for c, p in kept if any(rule(p) for _, rule in REFUSED)]
+    runnable = [(c, p) for c, p in kept if not any(rule(p) for _, rule in REFUSED)]
     dims = _full_grid().get(name, set())
-    grid = [c for c in kept if dict(zip(names, c)).get("d") in dims]
-    rest = [c for c in kept if dict(zip(names, c)).get("d") not in dims]
+    grid = [c for c, p in runnable if p.get("d") in dims]
+    rest = [c for c, p in runnable if p.get("d") not in dims]
     rng = random.Random(f"{os.environ.get('FA2_CONF_SEED', '0')}:{name}")
     chosen = grid + rng.sample(rest, min(int(os.environ.get("FA2_CONF_CASES", "60")), len(rest)))
-    _selection[name] = (len(cases), len(cases) - len(kept), len(chosen))
+    chosen += rng.sample(refused, min(int(os.environ.get("FA2_CONF_REFUSED_CASES", "10")),
+                                      len(refused)))
+    shard, shards = (int(x) for x in os.environ.get("FA2_CONF_SHARD", "0/1").split("/"))
+    _selection[name] = {"grid": len(cases), "left_out": len(cases) - len(kept),
+                        "refused_grid": len(refused), "chosen": len(chosen)}
+    chosen = chosen[shard::shards]
     others = [m for m in getattr(obj, "pytestmark", []) if m.name != "parametrize"]
     obj.pytestmark = others + [pytest.mark.parametrize(",".join(names), chosen).mark]
 
@@ -106,4 +135,5 @@ def pytest_sessionfinish(session, exitstatus):
     if path:
         with open(path, "w") as f:
             json.dump({"outcomes": _outcomes, "selection": _selection,
-                       "deselected": [reason for reason, _ in DESELECTED]}, f, indent=1)
+                       "left_out": [reason for reason, _ in LEFT_OUT],
+                   "refused": [arg for arg, _ in REFUSED]}, f, indent=1)

@@ -1,4 +1,4 @@
-/* common/exp2_poly.h, the FMA-pipe 2^x: its relative error against exp2 in double over
+/* bench/lab/exp2_poly.h, the FMA-pipe 2^x (a lab experiment's): its relative error against exp2 in double over
  * every float of [-1/2, -1/4] and [1/4, 1/2] (the ends of the cubic's interval, where
  * x rounds either way), 2^16 evenly spaced points and both ends of every unit interval
  * of [-125, 127], the bounded softcap's extremes, and what masked scores bring (-inf and
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "common/exp2_poly.h"
+#include "exp2_poly.h"
 #include "common/params.h"
 
 /* The cubic's 7.6e-5 and a few roundings of its evaluation. */

@@ -946,7 +946,7 @@ static void test_paged_producer_tile(void **state)
         assert_int_equal(pl.block_n, 128);
 #endif
     }
-    /* A dense batch takes it (switch FA2_SM90_DENSE_PRODUCER) when its rows reach the
+    /* A dense batch takes it when its rows reach the
      * second math warpgroup's: 65 rows and more; 64 keep the one-warpgroup tile. */
     static const struct {
         int64_t seqlen_q;
@@ -957,7 +957,7 @@ static void test_paged_producer_tile(void **state)
         fa2_problem_init(&dense, FA2_DTYPE_BF16, 2, dense_cases[i].seqlen_q, 1000, 8, 2, 128);
         assert_int_equal(fa2_plan(&dense, &d, &pl), FA2_SUCCESS);
 #if defined(FA2_WITH_SM90A)
-        const int producer = FA2_SM90_DENSE_PRODUCER && dense_cases[i].producer;
+        const int producer = dense_cases[i].producer;
         assert_int_equal(pl.block_m, producer ? 64 * FA2_SM90_PRODUCER_WARPGROUPS : 64);
         assert_int_equal(pl.warps, producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
 #endif

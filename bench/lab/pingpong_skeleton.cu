@@ -15,7 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "common/exp2_poly.h"
+#include "exp2_poly.h"
 #include "common/ptx.cuh"
 #include "sm90/wgmma.cuh"
 

@@ -7,7 +7,6 @@
 
 #include <math.h>
 
-#include "common/exp2_poly.h"
 #include "common/params.h"
 #include "common/ptx.cuh"
 
@@ -23,14 +22,6 @@ __device__ __forceinline__ float quad_sum(float x)
 {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-// Whether n8 tile nt's exponentials run on the FMA pipe, one tile in kPeriod (0: none).
-template <int kPeriod>
-__device__ __forceinline__ constexpr bool poly_exp2_tile(int nt)
-{
-    if constexpr (kPeriod > 0) return nt % kPeriod == kPeriod - 1;
-    return false;
 }
 
 template <int kMTiles>
@@ -125,9 +116,7 @@ struct OnlineSoftmax {
     // the first exponential) and O is never rescaled. The caller set row_max to that
     // offset (bounded_init), which finish() and finish_with_sink() read; offset_log2 is
     // bounded_offset_log2(scale_log2).
-    // kPolyPeriod > 0: every kPolyPeriod-th n8 tile's exponentials on the FMA pipe
-    // (common/exp2_poly.h), to unload the MUFU unit that softcap's tanh shares.
-    template <int kNTiles, int kPolyPeriod = 0>
+    template <int kNTiles>
     __device__ __forceinline__ void update_bounded(float (&s)[kMTiles][kNTiles][4],
                                                    float scale_log2, float offset_log2)
     {
@@ -141,8 +130,7 @@ struct OnlineSoftmax {
 #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
                         const float x = fmaf(s[mt][nt][e], scale_log2, -offset_log2);
-                        s[mt][nt][e] = poly_exp2_tile<kPolyPeriod>(nt) ? fa2_exp2_poly(x)
-                                                                       : exp2_approx(x);
+                        s[mt][nt][e] = exp2_approx(x);
                         sum += s[mt][nt][e];
                     }
                 }

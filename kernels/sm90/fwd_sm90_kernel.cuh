@@ -104,17 +104,16 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
 #if defined(FA2_SM90A)
     constexpr bool kCopyEngine = kKv == kKvByCopyEngine, kProducer = kKv == kKvByProducer;
     constexpr bool kScored = kScores != kPlainScores, kBoundedScores = kScores == kBoundedSoftcap;
-    constexpr int kPoly = FA2_SM90_BOUNDED_POLY_PERIOD;  // bounded: exp2 off MUFU per n8 tiles
     // The producer's copies: a paged cache's by cp.async, a dense batch's by the copy engine
     constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
-    // The math warpgroups take turns at issuing their products (FA2_SM90_PINGPONG)
-    constexpr bool kPingpong = kProducer && FA2_SM90_PINGPONG;
+    // The math warpgroups take turns at issuing their products
+    constexpr bool kPingpong = kProducer;
     // ...and the bounded softcap's passes the turn once its tanh is applied, the others'
-    // once both products are issued (FA2_SM90_BOUNDED_LATE_TURN)
-    constexpr bool kLateTurn = kPingpong && kBoundedScores && FA2_SM90_BOUNDED_LATE_TURN;
-    // The overlapped loop skips O's rescale while its rows keep their offsets
-    // (FA2_SM90_LAZY_RESCALE: 1 in the scored instances, 2 in the plain ones too)
-    constexpr bool kLazyRescale = FA2_SM90_LAZY_RESCALE >= (kScored ? 1 : 2);
+    // once both products are issued
+    constexpr bool kLateTurn = kPingpong && kBoundedScores;
+    // The overlapped loop skips O's rescale while its rows keep their offsets: in the
+    // scored instances (in the plain ones the gain was not measured)
+    constexpr bool kLazyRescale = kScored;
     // The general instance skips the P V of tiles whose every p underflows to 0 (ALiBi's
     // far from the diagonal), in the overlapped loop with its lazy rescale.
     constexpr bool kSkipZeroTiles = kScored && !kBoundedScores && kLazyRescale;
@@ -412,7 +411,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 if (kLateTurn && late_turn) pass_turn();
                 const float scale_log2 = kScored ? variants.score_log2 : p.scale_log2;
                 if constexpr (kBoundedScores) {  // O keeps its scale
-                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2,
+                    softmax.update_bounded<Tr::kNTiles>(s, variants.score_log2,
                                                               bounded_offset_log2);
                     return false;
                 } else if constexpr (kSkipZeroTiles) {
@@ -592,7 +591,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                                          key_first + Tr::kBlockN - 1))
                     apply_mask<Tr>(s, win, row_first + warp * 16, key_first, lane);
                 if constexpr (kBoundedScores)
-                    softmax.update_bounded<Tr::kNTiles, kPoly>(s, variants.score_log2,
+                    softmax.update_bounded<Tr::kNTiles>(s, variants.score_log2,
                                                               bounded_offset_log2);
                 else if constexpr (kScored)
                     softmax.update(s, o, variants.score_log2);

@@ -158,7 +158,7 @@ __device__ __forceinline__ void copy_kv_tile(const CUtensorMap *map, uint32_t ds
         tma_load_4d(dst + panel * Tr::kBlockN * 128, map, bar, panel * 64, kv_head, row, outer);
 }
 
-// A dense batch's tiles (FA2_SM90_DENSE_PRODUCER), issued by one producer thread by the
+// A dense batch's tiles, issued by one producer thread by the
 // copy engine into the same buffers as produce_paged_tiles.
 template <typename Tr>
 __device__ __forceinline__ void produce_copied_tiles(const CUtensorMap *k_map,

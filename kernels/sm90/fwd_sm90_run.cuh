@@ -50,8 +50,7 @@ constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
 
 // The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
 // 3 by cp.async, 4 by kProducerKv on TrProducer's tiles (the producer layout where the
-// bucket has one, else cp.async again), 5 dense in the producer layout
-// (FA2_SM90_DENSE_PRODUCER; else as 0).
+// bucket has one, else cp.async again), 5 dense in the producer layout (else as 0).
 template <typename Tr, typename TrProducer, int kScores, int kProducerKv>
 inline auto fwd_sm90_kernel_for(int path)
 {
@@ -62,7 +61,7 @@ inline auto fwd_sm90_kernel_for(int path)
     case 3: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
     case 4: return fwd_sm90_kernel<TrProducer, kPagedSeq, kScores, kProducerKv>;
     default:
-        if constexpr (FA2_SM90_DENSE_PRODUCER && kProducerKv == kKvByProducer)
+        if constexpr (kProducerKv == kKvByProducer)
             return fwd_sm90_kernel<TrProducer, kDenseSeq, kScores, kKvByProducer>;
         else
             return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByCopyEngine>;

@@ -3,8 +3,10 @@
  * (minimax in relative error, 7.6e-5 at most), 2^j added to its exponent field. Valid
  * for x in [-125, 127] (a normal result); below -125 it is 0, so that masked scores
  * (-inf) give 0 as exp2 does; NaN stays NaN. The bounded softcap's unmasked exponents lie
- * in [-95.3, 49] (common/score_variants.cuh). Plain C, shared by the kernels and the host
- * test that checks it (tests/test_exp2_poly.c). */
+ * in [-95.3, 49] (common/score_variants.cuh). Measured in the bounded softcap's forward
+ * (docs/history/performance-log.md, "Pingpong, the dense producer, lazy rescale and the
+ * FMA-pipe exp2, measured": no gain), so it lives here, used by pingpong_skeleton.cu;
+ * plain C, checked on the host by tests/test_exp2_poly.c. */
 #ifndef FA2_EXP2_POLY_H
 #define FA2_EXP2_POLY_H
 

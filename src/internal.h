@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "fa2.h"
-#include "common/params.h" /* fa2_copy_engine_kv_strides */
+#include "common/params.h" /* fa2_tma_kv_strides */
 
 #if defined(__GNUC__)
 #define FA2_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -71,7 +71,7 @@ int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile);
 
 /* The tile the forward runs for `bucket` on `device`: the Hopper kernel's when the
  * device is sm_90, the library has sm_90a code for the bucket and the problem's K and
- * V suit its copy engine (fa2_kv_copy_engine_ready), else fa2_fwd_tile's, or the
+ * V suit its TMA (fa2_kv_tma_ready), else fa2_fwd_tile's, or the
  * compact tile where that does not fit the device's shared memory and the bucket has
  * one. 0 and *tile untouched when the bucket has no kernel. */
 int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
@@ -269,16 +269,16 @@ static inline fa2_layout_dims_t fa2_layout_dims(const fa2_problem_t *pr, int que
     return d;
 }
 
-/* Whether the Hopper forward's copy engine can read the problem's K and V (dense or
+/* Whether the Hopper forward's TMA can read the problem's K and V (dense or
  * packed; a paged cache's pages are copied otherwise): every dimension of K and V with
  * more than one index steps a positive stride below 2^39 elements (the tensor maps'
  * byte strides are positive multiples of 16 below 2^40). */
-static inline int fa2_kv_copy_engine_ready(const fa2_problem_t *p)
+static inline int fa2_kv_tma_ready(const fa2_problem_t *p)
 {
     if (p->page_size)
         return 1;
     const fa2_layout_dims_t kd = fa2_layout_dims(p, 0);
-    return fa2_copy_engine_kv_strides(kd.batch, kd.rows, p->heads_kv, p->k_batch_stride,
+    return fa2_tma_kv_strides(kd.batch, kd.rows, p->heads_kv, p->k_batch_stride,
                                       p->k_seq_stride, p->k_head_stride, p->v_batch_stride,
                                       p->v_seq_stride, p->v_head_stride);
 }

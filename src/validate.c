@@ -50,7 +50,7 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
 {
 #if defined(FA2_WITH_SM90A)
     if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor) &&
-        fa2_kv_copy_engine_ready(problem)) {
+        fa2_kv_tma_ready(problem)) {
 /* A paged cache or a dense batch of enough rows may take the producer layout: its math
  * warpgroups and one more */
 #define FA2_X(b, wg, bn)                                                                   \

@@ -102,7 +102,7 @@ enum {
     F_BCAST_KV = 4, /* K and V broadcast along the sequence (R_ROWS) */
     F_SLOW = 8,     /* streams 2^22 keys per row: seconds */
     F_REPEAT_KV = 16 /* K and V stored row by row, every row the same (R_ROWS): the layout
-                        the Hopper kernels' copy engine reads, which a broadcast is not */
+                        the Hopper kernels' TMA reads, which a broadcast is not */
 };
 
 typedef struct lcase_t {

@@ -819,11 +819,11 @@ static void test_problem_copied(void **state)
     assert_memory_equal(&pl.problem, &p, sizeof p);
 }
 
-/* The Hopper forward reads dense and packed K/V through the copy engine, whose tensor
+/* The Hopper forward reads dense and packed K/V through TMA, whose tensor
  * maps need a positive stride on every dimension that has more than one index: a
  * layout that repeats K or V along one (stride 0) gets the mma.sync kernels, on an
  * H200 too; strides of extent-1 dimensions and paged caches do not matter. */
-static void test_copy_engine_layouts(void **state)
+static void test_tma_layouts(void **state)
 {
     fa2_device_info_t d = device(232448);
     fa2_problem_t p;
@@ -835,29 +835,29 @@ static void test_copy_engine_layouts(void **state)
     const int want_hopper = 80;
 #endif
     fa2_problem_init(&p, FA2_DTYPE_BF16, 2, 300, 500, 8, 4, 128);
-    assert_true(fa2_kv_copy_engine_ready(&p));
+    assert_true(fa2_kv_tma_ready(&p));
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.fwd_arch, want_hopper);
 
     fa2_problem_t rep = p; /* every kv head reads the same K */
     rep.k_head_stride = 0;
-    assert_false(fa2_kv_copy_engine_ready(&rep));
+    assert_false(fa2_kv_tma_ready(&rep));
     assert_int_equal(fa2_plan(&rep, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.fwd_arch, 80);
     assert_int_equal(pl.block_m, tile_of(128)->br);
     assert_int_equal(pl.block_n, tile_of(128)->bc);
     rep = p; /* one V row for every key */
     rep.v_seq_stride = 0;
-    assert_false(fa2_kv_copy_engine_ready(&rep));
+    assert_false(fa2_kv_tma_ready(&rep));
     rep = p; /* the batch's sequences share K */
     rep.k_batch_stride = 0;
-    assert_false(fa2_kv_copy_engine_ready(&rep));
+    assert_false(fa2_kv_tma_ready(&rep));
 
     fa2_problem_t one = p; /* extent-1 dimensions: any stride */
     one.batch = 1;
     one.heads_q = one.heads_kv = 1;
     one.k_batch_stride = one.v_batch_stride = one.k_head_stride = one.v_head_stride = 0;
-    assert_true(fa2_kv_copy_engine_ready(&one));
+    assert_true(fa2_kv_tma_ready(&one));
     assert_int_equal(fa2_plan(&one, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.fwd_arch, want_hopper);
 
@@ -866,7 +866,7 @@ static void test_copy_engine_layouts(void **state)
     packed.total_k = 1500;
     packed.q_batch_stride = packed.k_batch_stride = packed.v_batch_stride = 0;
     packed.o_batch_stride = 0;
-    assert_true(fa2_kv_copy_engine_ready(&packed));
+    assert_true(fa2_kv_tma_ready(&packed));
     assert_int_equal(fa2_plan(&packed, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.fwd_arch, want_hopper);
     fa2_problem_t overlap = packed; /* rows 8 elements apart (overlapping), 2^31 - 1 of
@@ -874,11 +874,11 @@ static void test_copy_engine_layouts(void **state)
     overlap.total_k = INT32_MAX;
     overlap.heads_kv = 1;
     overlap.k_seq_stride = overlap.v_seq_stride = 8;
-    assert_true(fa2_kv_copy_engine_ready(&overlap));
+    assert_true(fa2_kv_tma_ready(&overlap));
     assert_int_equal(fa2_plan(&overlap, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.fwd_arch, want_hopper);
     packed.k_seq_stride = 0;
-    assert_false(fa2_kv_copy_engine_ready(&packed));
+    assert_false(fa2_kv_tma_ready(&packed));
 
     fa2_problem_t paged = packed; /* pages are not read through tensor maps */
     paged.total_k = 0;
@@ -886,7 +886,7 @@ static void test_copy_engine_layouts(void **state)
     paged.num_pages = 100;
     paged.pages_per_seq = 32;
     paged.k_seq_stride = 0;
-    assert_true(fa2_kv_copy_engine_ready(&paged));
+    assert_true(fa2_kv_tma_ready(&paged));
 }
 
 /* A paged cache at d = 128 on the Hopper forward runs the producer layout where
@@ -1013,7 +1013,7 @@ int main(void)
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_decode_splits),
         cmocka_unit_test(test_device_runs_plan),
-        cmocka_unit_test(test_copy_engine_layouts),
+        cmocka_unit_test(test_tma_layouts),
         cmocka_unit_test(test_paged_producer_tile),
         cmocka_unit_test(test_problem_copied),
     };

@@ -15,7 +15,7 @@
  * variants (against oracle_forward_scored). Then the backward of each case in both modes
  * (check_backward). Then paged K/V caches (run_paged_case): page sizes 1, 16, 17, 24, 32,
  * 64, 128 and 256 (each of the Hopper forward's ways to copy pages: cp.async, the
- * producer warpgroup, the copy engine), shuffled and shared pages, padded pages, the
+ * producer warpgroup, TMA), shuffled and shared pages, padded pages, the
  * score variants; a paged cache at the edge of the kernels' 32-bit row indices, d = 64
  * and 128 (run_paged_row_limit). Then the accepted limits: total_q and total_k of 2^31 - 1,
  * sequences ending on the last rows, and a batch without keys (total_k = 0); hostile
@@ -530,7 +530,7 @@ typedef struct limit_case_t {
 
 /* A packed batch at the largest total_q or total_k fa2_plan accepts, with sequences
  * at the very end of the rows, or with no keys at all. Q, K and V repeat one random row
- * (row stride 0; K/V at d = 64, for the Hopper kernels' copy engine, which cannot step
+ * (row stride 0; K/V at d = 64, for the Hopper kernels' TMA, which cannot step
  * by 0: rows 8 elements apart over a buffer repeating 8 values, 32 GiB each at 2^31 - 1
  * rows), so every score of a row is the same: O = v and LSE = s + ln(keys the
  * row sees), exactly computable (O = 0, LSE = -inf for a row that sees none). O and the
@@ -1146,7 +1146,7 @@ static const paged_case_t paged_cases[] = {
      1, 0, 40},
     /* d = 128: the producer warpgroup at every page size (pages of 64, 128, 32 and an odd
      * 24: rows of a tile in two or three pages), plain and with ALiBi alone (the scored
-     * instance's overlapped loop); softcap under a running maximum by the copy engine
+     * instance's overlapped loop); softcap under a running maximum by TMA
      * (pages of 64) */
     {"producer, page 64, d 128", BF16, 8, 2, 128, 1, -1, -1, 4, {300, 1, 0, 129},
      {700, 64, 129, 1000}, 64, 1, 0, 0, 0},
@@ -1161,7 +1161,7 @@ static const paged_case_t paged_cases[] = {
     /* steep slopes over 1000 keys: tiles whose P underflows to 0, their P V skipped */
     {"ALiBi alone, steep, producer, d 128", BF16, 4, 2, 128, 1, -1, -1, 3, {1000, 1, 300},
      {1000, 1200, 800}, 64, 0, 0, 4, 0},
-    {"variants, copy engine, d 128", FP16, 4, 2, 128, 1, -1, -1, 3, {200, 1, 77},
+    {"variants, TMA, d 128", FP16, 4, 2, 128, 1, -1, -1, 3, {200, 1, 77},
      {640, 300, 77}, 64, 1, 0, 1, 0},
     /* softcap with sinks, no ALiBi, bf16: the scores' bound as the softmax's offset, in
      * the producer's overlapped loop and cp.async's one-tile loop (d = 64) */

@@ -1,6 +1,6 @@
 /* The Hopper wgmma building blocks (kernels/sm90/wgmma.cuh) in isolation: descriptors for
  * K-major and MN-major panel tiles, A from shared memory and from registers; and the
- * copy engine's tiles (sm90/tma.cuh, tensor_map.h) byte for byte against cp.async's. Skips
+ * TMA's tiles (sm90/tma.cuh, tensor_map.h) byte for byte against cp.async's. Skips
  * (77) without an sm_90 device; registered only in builds with sm_90a code. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -55,7 +55,7 @@ static void check_tma(int paged, const char *what)
 {
     long diff = -1;
     assert_int_equal(fa2_tma_probe(paged, &diff), 0);
-    printf("copy engine %-38s %ld bytes differ from cp.async's\n", what, diff);
+    printf("TMA %-38s %ld bytes differ from cp.async's\n", what, diff);
     assert_int_equal(diff, 0);
 }
 

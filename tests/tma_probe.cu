@@ -1,4 +1,4 @@
-// The copy engine's tiles (kernels/sm90/tma.cuh, tensor_map.h) against cp.async's
+// The TMA's tiles (kernels/sm90/tma.cuh, tensor_map.h) against cp.async's
 // (load_panels) in isolation: one block loads the same 128-row x 128-column bf16 tile
 // both ways and writes both shared-memory images out, byte for byte. Two cases: a
 // dense-like tile whose last rows lie past the tensor (zeros either way), and a

@@ -1,4 +1,4 @@
-/* fa2_tma_probe: one tile by the copy engine against the same tile by cp.async (tests
+/* fa2_tma_probe: one tile by TMA against the same tile by cp.async (tests
  * only). */
 #ifndef FA2_TMA_PROBE_H
 #define FA2_TMA_PROBE_H

@@ -160,22 +160,22 @@ static inline int32_t fa2_kernel_window_right(int64_t window_right, int64_t seql
     return window_right < 0 || window_right >= seqlen_q ? -1 : (int32_t)window_right;
 }
 
-/* Whether the copy engine's tensor maps can step a dimension of `extent` indices at
+/* Whether TMA's tensor maps can step a dimension of `extent` indices at
  * `stride` elements (2-byte): a positive byte stride below 2^40, or no step at all. */
-static inline int fa2_copy_engine_stride(int64_t extent, int64_t stride)
+static inline int fa2_tma_stride(int64_t extent, int64_t stride)
 {
     return extent <= 1 || (stride > 0 && stride < ((int64_t)1 << 39));
 }
 
-/* fa2_copy_engine_stride for each dimension of K and V laid out (outer, rows, heads):
+/* fa2_tma_stride for each dimension of K and V laid out (outer, rows, heads):
  * `outer` sequences or pages of `rows` rows, with these element strides. */
-static inline int fa2_copy_engine_kv_strides(int64_t outer, int64_t rows, int64_t heads,
+static inline int fa2_tma_kv_strides(int64_t outer, int64_t rows, int64_t heads,
                                              int64_t k_outer, int64_t k_row, int64_t k_head,
                                              int64_t v_outer, int64_t v_row, int64_t v_head)
 {
-    return fa2_copy_engine_stride(outer, k_outer) && fa2_copy_engine_stride(rows, k_row) &&
-           fa2_copy_engine_stride(heads, k_head) && fa2_copy_engine_stride(outer, v_outer) &&
-           fa2_copy_engine_stride(rows, v_row) && fa2_copy_engine_stride(heads, v_head);
+    return fa2_tma_stride(outer, k_outer) && fa2_tma_stride(rows, k_row) &&
+           fa2_tma_stride(heads, k_head) && fa2_tma_stride(outer, v_outer) &&
+           fa2_tma_stride(rows, v_row) && fa2_tma_stride(heads, v_head);
 }
 
 /* Launches the forward kernel for p->head_dim_bucket, p->dtype and p->kernel_family on

@@ -60,10 +60,10 @@ struct FwdSm90Traits {
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
 };
 
-// How K/V tiles reach shared memory: by the copy engine (dense, packed, paged with
+// How K/V tiles reach shared memory: by TMA (dense, packed, paged with
 // pages of whole boxes), or for a paged cache by cp.async from the math threads or from a
 // producer warpgroup of its own (sm90/fwd_sm90_producer.cuh).
-enum KvCopy { kKvByCopyEngine, kKvByCpAsync, kKvByProducer };
+enum KvCopy { kKvByTma, kKvByCpAsync, kKvByProducer };
 
 // Threads per block: the producer warpgroup adds 128; shared memory: its K stages past
 // the first add a K buffer each (fa2_fwd_sm90_producer_smem_bytes).
@@ -92,7 +92,7 @@ struct FwdSm90Args {
 // for a softcap that bounds the scores (fa2_sm90_softcap_bounds_scores: no running
 // maximum);
 // kGeneralScores for the other softcaps and ALiBi.
-// kKv (KvCopy): by the copy engine, thread 0 issues a tile's boxes, or warp 0's lanes a
+// kKv (KvCopy): by TMA, thread 0 issues a tile's boxes, or warp 0's lanes a
 // paged tile's, one page each (an mbarrier counts the bytes); by cp.async (paged only:
 // args.page_box_rows = 0), every math thread copies; by the producer warpgroup (paged;
 // the overlapped loop only, so no softcap unless it bounds the scores). Three paged
@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ FwdSm90Args args)
 {
 #if defined(FA2_SM90A)
-    constexpr bool kCopyEngine = kKv == kKvByCopyEngine, kProducer = kKv == kKvByProducer;
+    constexpr bool kTma = kKv == kKvByTma, kProducer = kKv == kKvByProducer;
     constexpr bool kScored = kScores != kPlainScores, kBoundedScores = kScores == kBoundedSoftcap;
-    // The producer's copies: a paged cache's by cp.async, a dense batch's by the copy engine
+    // The producer's copies: a paged cache's by cp.async, a dense batch's by TMA
     constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
     // The math warpgroups take turns at issuing their products
     constexpr bool kPingpong = kProducer;
@@ -117,15 +117,15 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     // The general instance skips the P V of tiles whose every p underflows to 0 (ALiBi's
     // far from the diagonal), in the overlapped loop with its lazy rescale.
     constexpr bool kSkipZeroTiles = kScored && !kBoundedScores && kLazyRescale;
-    static_assert(kCopyEngine || kMode == kPagedSeq || (kProducer && kMode == kDenseSeq),
-                  "packed K/V by the copy engine");
+    static_assert(kTma || kMode == kPagedSeq || (kProducer && kMode == kDenseSeq),
+                  "packed K/V by TMA");
     constexpr int kBlockThreads = FwdSm90Launch<Tr, kKv>::kThreads;
     const fa2_params_t &p = args.p;
-    // S of tile j overlaps P V of tile j - 1 when K and V come by the copy engine, at head
+    // S of tile j overlaps P V of tile j - 1 when K and V come by TMA, at head
     // dims to 128 with plain scores and at 128 with ALiBi alone or a softcap that bounds
     // the scores (measured slower at 256, and with softcap under a running maximum).
     constexpr bool kOverlappable =
-        kProducer || (kCopyEngine && (kScored ? Tr::kHeadDim == 128 : Tr::kHeadDim <= 128));
+        kProducer || (kTma && (kScored ? Tr::kHeadDim == 128 : Tr::kHeadDim <= 128));
     using Elem = typename Tr::Elem;
     extern __shared__ __align__(1024) uint8_t smem[];
 
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t k_smem = q_smem + Tr::kQBytes;  // two buffers
     const uint32_t v_smem = k_smem + 2 * Tr::kKVBytes;
-    // The mbarriers (copy engine: K buffers 0 and 1 then V; producer: ProducerBars): in
+    // The mbarriers (TMA: K buffers 0 and 1 then V; producer: ProducerBars): in
     // the alignment pad when it has room, else past V (the pad is then too small and the
     // rest of it follows V).
     constexpr uint32_t kBarBytes = kProducer ? ProducerBars::kBytes : 24;
@@ -155,10 +155,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     using PagedShape = PagedTileShape<Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>;
     [[maybe_unused]] int k_page = -1, v_page = -1;
     const auto panel = [](int row, int chunk) { return panel_offset<Tr::kBlockN>(row, chunk); };
-    // (By the copy engine: warp 0's lane j holds the page id of the tile's j-th box.)
+    // (By TMA: warp 0's lane j holds the page id of the tile's j-th box.)
     auto fetch_page = [&, seq = seq, kv_head = kv_head](int key_first) {
         const PagedRows<Elem> rows = paged_rows<Elem, false>(p, seq, kv_head);
-        if constexpr (kCopyEngine) {
+        if constexpr (kTma) {
             const int key = key_first + lane * args.page_box_rows;
             return warp == 0 && key < min(seq.seqlen_k, key_first + Tr::kBlockN)
                        ? rows.page_of(key)
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
         }
         return fetch_tile_page<PagedShape>(rows, key_first, seq.seqlen_k - key_first, tid);
     };
-    // A K or V tile by the copy engine, issued by thread 0: its panels as boxes.
+    // A K or V tile by TMA, issued by thread 0: its panels as boxes.
     auto copy_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map, uint32_t dst,
                                                        uint32_t bar, int key_first) {
         if (tid != 0) return;
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                          kMode == kDenseSeq ? key_first : seq.k_start + key_first,
                          kMode == kDenseSeq ? seq.batch : 0);
     };
-    // A paged tile by the copy engine: warp 0's lane j copies box j from page `page`
+    // A paged tile by TMA: warp 0's lane j copies box j from page `page`
     // (-1: past the keys or out of range, outside the tensor map: zeros, no read).
     auto copy_paged_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map,
                                                              uint32_t dst, uint32_t bar,
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first, int it) {
         if constexpr (kMode != kPagedSeq)
             copy_tile(&args.k_map, dst, k_full(it), key_first);
-        else if constexpr (kCopyEngine)
+        else if constexpr (kTma)
             copy_paged_tile(&args.k_map, dst, k_full(it), key_first, k_page);
         else
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, false>(p, seq, kv_head), k_page,
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
         if constexpr (kMode != kPagedSeq)
             copy_tile(&args.v_map, dst, v_full, key_first);
-        else if constexpr (kCopyEngine)
+        else if constexpr (kTma)
             copy_paged_tile(&args.v_map, dst, v_full, key_first, v_page);
         else
             load_paged_tile<PagedShape>(dst, paged_rows<Elem, true>(p, seq, kv_head), v_page,
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
     // for the softmax (apply_alibi_one_side); the diagonal key of row r is r + this.
     [[maybe_unused]] const int64_t diag_offset = int64_t{seq.seqlen_k} - seq.seqlen_q;
 
-    if constexpr (kCopyEngine) {
+    if constexpr (kTma) {
         if (tid == 0) {
             mbarrier_init(k_full(0), 1);
             mbarrier_init(k_full(1), 1);
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
         __syncthreads();
     } else if constexpr (kProducer) {
         const ProducerBars producer_bars{bars};
-        // full: each producer thread's cp.async arrival, or the copy engine's bytes
+        // full: each producer thread's cp.async arrival, or TMA's bytes
         constexpr int kFullArrivals = kProducerCpAsync ? 128 : 1;
         if (tid == 0) {
             for (int b = 0; b < ProducerBars::kKStages; ++b)
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
         if constexpr (kMode != kDenseSeq && !kProducer) {
             if (varlen_verdict<kMode, Tr::kBlockM, Tr::kThreads>(p, seq, head, tid)) {
                 cp_async_wait<0>();
-                if constexpr (kCopyEngine) mbarrier_wait(k_full(0), 0);
+                if constexpr (kTma) mbarrier_wait(k_full(0), 0);
                 return;
             }
         }
@@ -551,7 +551,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             for (int it = 0; n_block >= n_block_min; ++it, --n_block) {
                 const int key_first = n_block * Tr::kBlockN;
                 cp_async_wait<0>();  // Q on the first pass (and K(n_block) by cp.async)
-                if constexpr (kCopyEngine)
+                if constexpr (kTma)
                     mbarrier_wait(k_full(it), (it >> 1) & 1);  // K(n_block)
                 fence_proxy_async();
                 // ...visible to wgmma; every warp is done with V and K(other)
@@ -602,7 +602,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
                     a_fragment<Elem>(pa[kk], s[0], kk);
 
-                if constexpr (kCopyEngine) {
+                if constexpr (kTma) {
                     mbarrier_wait(v_full, it & 1);  // V(n_block)
                     // A packed sequence's or a last page's rows past the keys hold other
                     // values, which P's zeros there must not meet as inf or NaN: zeroed (a

@@ -2,12 +2,12 @@
 // are copied with cp.async by a warpgroup of their own, so that the page lookups and
 // copies leave the math warpgroups' issue slots (the FlashAttention-3 warp-specialised
 // layout), and two math warpgroups share each tile it copies. (As tuning, a dense
-// batch's tiles too, by the copy engine: produce_copied_tiles.) It fills the overlapped
+// batch's tiles too, by TMA: produce_copied_tiles.) It fills the overlapped
 // loop's buffers, FA2_SM90_PRODUCER_K_STAGES K and two V, each as soon as the math
 // warpgroups free it, and signals each tile on mbarriers (ProducerBars):
 //   K full, V full (one per buffer): each 128 producer arrivals
 //             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed),
-//             or for the copy engine one arrival that expects the tile's bytes;
+//             or for TMA one arrival that expects the tile's bytes;
 //   K free, V free (one per buffer): an arrival from every math thread.
 // Rows past the keys and pages out of range arrive as zeros (load_paged_tile).
 #pragma once
@@ -145,7 +145,7 @@ __device__ __forceinline__ void produce_paged_tiles(const fa2_params_t &p, const
     cp_async_wait<0>();  // every copy landed before the warpgroup leaves
 }
 
-// A K or V tile of Tr by the copy engine (one thread): rows [row, row + kBlockN) of
+// A K or V tile of Tr by TMA (one thread): rows [row, row + kBlockN) of
 // head kv_head, batch entry `outer`, as one box per 64-column panel into dst, the
 // barrier armed with the tile's bytes (rows and columns outside the map arrive as zeros).
 template <typename Tr>
@@ -159,7 +159,7 @@ __device__ __forceinline__ void copy_kv_tile(const CUtensorMap *map, uint32_t ds
 }
 
 // A dense batch's tiles, issued by one producer thread by the
-// copy engine into the same buffers as produce_paged_tiles.
+// TMA into the same buffers as produce_paged_tiles.
 template <typename Tr>
 __device__ __forceinline__ void produce_copied_tiles(const CUtensorMap *k_map,
                                                      const CUtensorMap *v_map, int kv_head,

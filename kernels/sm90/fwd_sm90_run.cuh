@@ -10,7 +10,7 @@
 
 namespace fa2 {
 
-// K's or V's layout for the copy engine: a dense batch's (head_dim, heads_kv, seqlen_k,
+// K's or V's layout for TMA: a dense batch's (head_dim, heads_kv, seqlen_k,
 // batch), a packed batch's rows as one sequence (head_dim, heads_kv, total_k, 1).
 inline KvLayout kv_layout(const fa2_params_t &p, int64_t seq_stride, int64_t head_stride,
                           int64_t batch_stride)
@@ -20,11 +20,11 @@ inline KvLayout kv_layout(const fa2_params_t &p, int64_t seq_stride, int64_t hea
             {1, head_stride, seq_stride, packed ? 0 : batch_stride}};
 }
 
-// Pages of fewer rows go by cp.async: on the H200 the paged forward by the copy engine
+// Pages of fewer rows go by cp.async: on the H200 the paged forward by TMA
 // (overlapped loop) ran 0.93-0.95x cp.async's speed with 16-row boxes, 1.06x with 32.
 constexpr int kMinPagedBoxRows = 32;
 
-// A paged cache's box rows for the copy engine (FwdSm90Args::page_box_rows), or 0 for
+// A paged cache's box rows for TMA (FwdSm90Args::page_box_rows), or 0 for
 // cp.async: pages and tiles nest (one's rows divide the other's), a box is whole
 // 128-byte swizzle atoms (8 rows) and at least kMinPagedBoxRows, and the cache's
 // strides suit tensor maps.
@@ -34,7 +34,7 @@ inline int paged_box_rows(const fa2_params_t &p, int block_n)
                                              : block_n % p.page_size == 0;
     const int rows = p.page_size < block_n ? p.page_size : block_n;
     if (!nest || rows % 8 != 0 || rows < kMinPagedBoxRows) return 0;
-    return fa2_copy_engine_kv_strides(p.num_pages, p.page_size, p.heads_kv, p.k_batch_stride,
+    return fa2_tma_kv_strides(p.num_pages, p.page_size, p.heads_kv, p.k_batch_stride,
                                       p.k_seq_stride, p.k_head_stride, p.v_batch_stride,
                                       p.v_seq_stride, p.v_head_stride)
                ? rows
@@ -48,23 +48,23 @@ constexpr bool kBoundedSoftcapFor = false;
 template <>
 constexpr bool kBoundedSoftcapFor<__nv_bfloat16> = true;
 
-// The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by the copy engine,
+// The kernel of one ScoreKind for a path: 0 dense, 1 packed, 2 paged by TMA,
 // 3 by cp.async, 4 by kProducerKv on TrProducer's tiles (the producer layout where the
 // bucket has one, else cp.async again), 5 dense in the producer layout (else as 0).
 template <typename Tr, typename TrProducer, int kScores, int kProducerKv>
 inline auto fwd_sm90_kernel_for(int path)
 {
     switch (path) {
-    case 0: return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByCopyEngine>;
-    case 1: return fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByCopyEngine>;
-    case 2: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCopyEngine>;
+    case 0: return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByTma>;
+    case 1: return fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByTma>;
+    case 2: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByTma>;
     case 3: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
     case 4: return fwd_sm90_kernel<TrProducer, kPagedSeq, kScores, kProducerKv>;
     default:
         if constexpr (kProducerKv == kKvByProducer)
             return fwd_sm90_kernel<TrProducer, kDenseSeq, kScores, kKvByProducer>;
         else
-            return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByCopyEngine>;
+            return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByTma>;
     }
 }
 
@@ -76,7 +76,7 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     // A paged cache, or a dense batch of more than 64 rows, goes to the producer layout
     // where the planner says so (fa2_fwd_sm90_takes_producer, sm90/fwd_sm90_tiles.h:
     // d = 128, softcap off or bounding the scores): paged at every page size (on the
-    // H200 0.96-1.01 of contiguous K/V at pages of 16 to 128 rows, the copy engine's
+    // H200 0.96-1.01 of contiguous K/V at pages of 16 to 128 rows, TMA's
     // boxes 0.86-0.92), dense 1.05-1.10x faster than the one-warpgroup tile.
     constexpr bool kProducer = FA2_SM90_HAS_PRODUCER(Tr::kHeadDim, Tr::kWarpgroups);
     constexpr int kProducerKv = kProducer ? kKvByProducer : kKvByCpAsync;
@@ -97,7 +97,7 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
     args.p = p;
     const bool bf16 = p.dtype == FA2_DTYPE_BF16;
     if (!p.page_table) {
-        // The dense and packed kernels read K and V by the copy engine. Without keys (the
+        // The dense and packed kernels read K and V by TMA. Without keys (the
         // driver refuses a map of 0 rows) no tile is read and the maps stay empty.
         const KvLayout k = kv_layout(p, p.k_seq_stride, p.k_head_stride, p.k_batch_stride);
         const KvLayout v = kv_layout(p, p.v_seq_stride, p.v_head_stride, p.v_batch_stride);

@@ -62,7 +62,7 @@ static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, i
 #define FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) \
     ((head_dim_bucket) == 128 && (warpgroups) == 1)
 
-/* Dense batches run in the producer layout too (the producer issuing the copy engine's
+/* Dense batches run in the producer layout too (the producer issuing TMA's
  * boxes), and its two math warpgroups take turns at issuing their products, so that
  * one's softmax runs while the other's products do (dense d = 128 forward 1.05-1.10x
  * faster on the H200; docs/history/performance-log.md, "Pingpong, the dense producer,

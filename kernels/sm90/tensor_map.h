@@ -1,9 +1,9 @@
-// Host side of the copy engine: a K or V tensor as a 4-D tensor map for the Hopper
+// Host side of TMA: a K or V tensor as a 4-D tensor map for the Hopper
 // forward's tiles, (head_dim, heads, rows, outer) innermost first, box (64 columns,
 // 1 head, box_rows rows, 1) in wgmma's 128-byte swizzled panels, zeros outside the
 // tensor. cuTensorMapEncodeTiled comes through the runtime's driver entry point
 // (common/launch.cuh). The planner sends a layout here only when the copy
-// engine can read it (fa2_kv_copy_engine_ready in src/).
+// engine can read it (fa2_kv_tma_ready in src/).
 #pragma once
 
 #include <cuda.h>
@@ -37,7 +37,7 @@ struct KvLayout {
 };
 
 // Encodes `layout` of 2-byte elements at `base` into *map with box (64, 1, box_rows, 1).
-// A dimension of extent 1 takes a stride the copy engine accepts (it is never
+// A dimension of extent 1 takes a stride TMA accepts (it is never
 // stepped). Returns a cudaError_t value.
 static inline cudaError_t encode_kv_map(CUtensorMap *map, const void *base, bool bf16,
                                         const KvLayout &layout, int box_rows)

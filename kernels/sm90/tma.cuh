@@ -1,4 +1,4 @@
-// The copy engine's pieces (sm_90): an mbarrier phase that also counts the bytes a bulk
+// The TMA's pieces (sm_90): an mbarrier phase that also counts the bytes a bulk
 // tensor copy delivers (the mbarrier itself: wgmma.cuh), and the 4-D tiled copy. A
 // tensor map lives in a __grid_constant__ kernel parameter (sm90/tensor_map.h builds it
 // on the host).

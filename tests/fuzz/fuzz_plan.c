@@ -107,11 +107,11 @@ static int in_fwd_sm90_table(int64_t bucket)
     return found;
 }
 
-/* 1 when the Hopper forward's copy engine can read the problem's K and V, modelled
+/* 1 when the Hopper forward's TMA can read the problem's K and V, modelled
  * here apart from the library: every K/V dimension of more than one index steps a
  * stride in (0, 2^39) elements; a paged cache always (pages it cannot take are copied
  * otherwise). */
-static int kv_copy_engine_model(const fa2_problem_t *p)
+static int kv_tma_model(const fa2_problem_t *p)
 {
     if (p->page_size)
         return 1;
@@ -297,12 +297,12 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
         CHECK(pl->bwd_arch == 80 || hopper);
 #if defined(FA2_WITH_SM90A)
         CHECK((pl->fwd_arch == 90) == (hopper && in_fwd_sm90_table(pl->head_dim_bucket) &&
-                                       kv_copy_engine_model(&pl->problem)));
+                                       kv_tma_model(&pl->problem)));
         CHECK((pl->bwd_arch == 90) == (hopper && in_bwd_sm90_table(pl->head_dim_bucket)));
 #else
         CHECK(pl->fwd_arch == 80 && pl->bwd_arch == 80);
         (void)in_fwd_sm90_table;
-        (void)kv_copy_engine_model;
+        (void)kv_tma_model;
         (void)in_bwd_sm90_table;
 #endif
         /* Hopper tiles: 64 rows per warpgroup (wgmma's M), 4 warps per warpgroup; the

@@ -236,7 +236,33 @@ cudaError_t softmax_rows(const void *s, void *p, int64_t heads, int64_t seqlen_q
     return cudaGetLastError();
 }
 
+struct EmptyBigParams {
+    char bytes[1024];
+};
+
+__global__ void empty_kernel(int64_t) {}
+__global__ void empty_big_kernel(EmptyBigParams) {}
+
 } // namespace
+
+extern "C" int bench_empty_launch(int big_params, void *stream)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    if (big_params)
+        empty_big_kernel<<<1, 32, 0, st>>>(EmptyBigParams{});
+    else
+        empty_kernel<<<1, 32, 0, st>>>(0);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int bench_set_smem_attribute(int smem_bytes)
+{
+    cudaFunction_t function = nullptr;
+    cudaError_t e = cudaGetFuncBySymbol(&function, reinterpret_cast<const void *>(empty_kernel));
+    if (e != cudaSuccess) return (int)e;
+    return (int)cudaFuncSetAttribute(reinterpret_cast<const void *>(empty_kernel),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+}
 
 extern "C" int bench_fill_uniform(void *data, int64_t n, int is_bf16, uint64_t seed,
                                   void *stream)

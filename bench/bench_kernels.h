@@ -25,6 +25,16 @@ int bench_softmax_rows(const void *s, void *p, int64_t heads, int64_t seqlen_q,
 int bench_rel_l2(const void *a, const void *ref, int64_t n, int is_bf16, double *rel,
                  void *stream);
 
+/* Launch floors for bench/host_overhead.c: one launch of an empty kernel whose
+ * parameters are 8 bytes (big_params = 0) or 1 KiB (1, the size class of libfa2's
+ * parameter structs), 1 block of 32 threads, on `stream`; the launch status. */
+int bench_empty_launch(int big_params, void *stream);
+
+/* The shared-memory attribute step libfa2 takes before each launch of a kernel that
+ * needs more than 48 KiB: cudaGetFuncBySymbol and cudaFuncSetAttribute (max dynamic
+ * shared memory = smem_bytes) on an empty kernel; its status. */
+int bench_set_smem_attribute(int smem_bytes);
+
 #ifdef __cplusplus
 }
 #endif

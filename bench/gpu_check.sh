@@ -48,6 +48,12 @@
 #                    flash-attention checkout in DIR against this build's shims
 #                    (FA2_CONFORMANCE_ARGS: its extra arguments, e.g. "--cases 60");
 #                    conformance.log
+#   FA2_HOST=1       also run the host-cost benchmarks: build/bench/fa2_host_overhead (the
+#                    C calls against an empty launch) and bench/host_overhead.py (every
+#                    Python entry point beside SDPA, and the seeds' training benchmark);
+#                    host.log, host.csv. FA2_HOST_PACKAGE=DIR: bench/host_overhead.py
+#                    also with the libfa2 package in DIR (an older python/ folder, as
+#                    for FA2_BASELINE), host-before.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -188,6 +194,16 @@ if [ "${FA2_SDPA:-0}" = 1 ]; then
     # shellcheck disable=SC2086
     run_step sdpa "$OUT/sdpa.log" python3 bench/sdpa_compare.py --lib "$BUILD/libfa2.so" \
         --csv "$OUT/sdpa.csv" ${FA2_SDPA_ARGS:-}
+fi
+
+if [ "${FA2_HOST:-0}" = 1 ]; then
+    run_step host-c "$OUT/host.log" "$BUILD/bench/fa2_host_overhead"
+    run_step host-python "$OUT/host.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
+        python3 bench/host_overhead.py --csv "$OUT/host.csv"
+    if [ -n "${FA2_HOST_PACKAGE:-}" ]; then
+        run_step host-python-before "$OUT/host-before.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
+            python3 bench/host_overhead.py --package "$FA2_HOST_PACKAGE"
+    fi
 fi
 
 if [ "${FA2_DECODE:-0}" = 1 ]; then

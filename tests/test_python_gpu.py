@@ -577,6 +577,126 @@ def kvcache_cases():
     return passed, n
 
 
+def cache_key_cases():
+    """The call cache (docs/ffi.md, "Repeated calls"): a repeated call gives bit-identical
+    results to its first, uncached run (deterministic mode); a call that differs from a
+    cached one in one property (dtype, shape, strides, device, an option, or a storage
+    shrunk under the same signature) is refused exactly as an uncached call is, writing
+    nothing; a cached call follows the current stream and new page tables and lengths."""
+    from libfa2 import _calls
+    passed = n = 0
+    bf = torch.bfloat16
+    b, s_, h, d = 2, 128, 4, 64
+    q, k, v, d_o = (torch.randn(b, s_, h, d, device="cuda", dtype=bf) for _ in range(4))
+
+    def repeated(label, fn):
+        """fn() uncached, then three times cached: every result bit-identical."""
+        _calls.clear()
+        first = fn()
+        again = [fn() for _ in range(3)]
+        torch.cuda.synchronize()
+        flat = [x for x in (first if isinstance(first, tuple) else (first,))]
+        same = all(torch.equal(x, y) for r in again
+                   for x, y in zip(flat, r if isinstance(r, tuple) else (r,)))
+        print(f"{'PASS' if same else 'FAIL'} cached {label}: repeats bit-identical", flush=True)
+        return same
+
+    o, lse = fa2.forward(q, k, v, return_lse=True)
+    slopes, sinks = torch.rand(h, device="cuda") * 0.1, torch.randn(h, device="cuda")
+    k_cache = torch.randn(9, 64, 2, d, device="cuda", dtype=bf)
+    v_cache = torch.randn_like(k_cache)
+    table = torch.randperm(9, device="cuda")[:8].view(b * 2, 4).to(torch.int32)
+    lens = torch.tensor([1, 100, 256, 17], dtype=torch.int32, device="cuda")
+    qd = torch.randn(b * 2, 1, 8, d, device="cuda", dtype=bf)
+    for label, fn in (
+            ("forward", lambda: fa2.forward(q, k, v, causal=True, return_lse=True)),
+            ("forward softcap+alibi+sinks", lambda: fa2.forward(
+                q, k, v, softcap=20.0, alibi_slopes=slopes, sinks=sinks, return_lse=True)),
+            ("backward", lambda: fa2.backward(d_o, q, k, v, o, lse, deterministic=True)),
+            ("backward expanded k, dO of other strides", lambda: fa2.backward(
+                d_o.transpose(1, 2).contiguous().transpose(1, 2), q, k[:1].expand(b, -1, -1, -1),
+                v, o, lse, deterministic=True)),
+            ("flash_attn_with_kvcache", lambda: fa2.flash_attn_with_kvcache(
+                qd, k_cache, v_cache, cache_seqlens=lens, block_table=table,
+                return_softmax_lse=True)),
+            ("flash_attn_with_kvcache sinks", lambda: fa2.flash_attn_with_kvcache(
+                qd, k_cache, v_cache, cache_seqlens=lens, block_table=table, sinks=sinks.repeat(2)))):
+        n += 1
+        passed += repeated(label, fn)
+
+    # A cached call's neighbours, each differing in one property, refused as uncached.
+    good_out = filled(q.shape, bf)
+    shrunk = filled(q.shape, bf)
+    cases = [
+        ("out fp16", fa2.Fa2ShapeError, "out has dtype", dict(out=filled(q.shape, torch.float16))),
+        ("out expanded", fa2.Fa2Overlap, "out: strides (0,",
+         dict(out=filled((1, s_, h, d), bf).expand(q.shape))),
+        ("out on the CPU", fa2.Fa2ShapeError, "out is on cpu",
+         dict(out=filled(q.shape, bf, device="cpu"))),
+        ("out storage shrunk, same signature", fa2.Fa2ShapeError, "which holds 1024",
+         dict(out=shrunk)),
+        ("num_splits 1000", fa2.Fa2ShapeError, "num_splits=1000", dict(out=good_out,
+                                                                      num_splits=1000)),
+        ("softcap -1", fa2.Fa2BadScale, "softcap=-1", dict(out=good_out, softcap=-1.0)),
+    ]
+    fa2.forward(q, k, v, out=good_out)
+    fa2.forward(q, k, v, out=shrunk)  # cached with a whole storage, then shrunk below
+    torch.cuda.synchronize()
+    shrunk.untyped_storage().resize_(1024)
+    for label, cls, fragment, kw in cases:
+        n += 1
+        watched = [t for t in kw.values() if isinstance(t, torch.Tensor) and t.is_cuda
+                   and t.untyped_storage().nbytes() > 1024] + [q, k, v]
+        passed += refused(f"cached forward's neighbour: {label}", cls, fragment,
+                          lambda: fa2.forward(q, k, v, **kw), watched)
+    n += 1
+    passed += refused("cached forward's neighbour: q float32", fa2.Fa2ShapeError,
+                      "fp16 or bf16 only", lambda: fa2.forward(q.float(), k, v), [k, v])
+    # backward: dO's storage shrunk under a cached signature
+    n += 1
+    d_shrunk = d_o.clone()
+    fa2.backward(d_shrunk, q, k, v, o, lse)
+    torch.cuda.synchronize()
+    d_shrunk.untyped_storage().resize_(1024)
+    passed += refused("cached backward's neighbour: d_o storage shrunk", fa2.Fa2ShapeError,
+                      "which holds 1024", lambda: fa2.backward(d_shrunk, q, k, v, o, lse),
+                      [q, k, v, o, lse])
+    # kvcache: int64 lengths after int32, a table of one page too few
+    for label, fragment, kw in (
+            ("cache_seqlens int64", "cache_seqlens", dict(cache_seqlens=lens.long(),
+                                                          block_table=table)),
+            ("block_table of 3 sequences", "block_table",
+             dict(cache_seqlens=lens, block_table=table[:3]))):
+        n += 1
+        passed += refused(f"cached flash_attn_with_kvcache's neighbour: {label}",
+                          fa2.Fa2ShapeError, fragment, lambda: fa2.flash_attn_with_kvcache(
+                              qd, k_cache, v_cache, **kw), [k_cache, v_cache])
+
+    # A cached call follows new lengths and page tables, and the current stream.
+    n += 1
+    try:
+        _calls.clear()
+        fa2.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lens, block_table=table)
+        lens2, table2 = lens.flip(0).contiguous(), table.flip(0).contiguous()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = fa2.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lens2,
+                                              block_table=table2)
+        torch.cuda.current_stream().wait_stream(side)
+        _calls.clear()
+        want = fa2.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lens2,
+                                           block_table=table2)
+        torch.cuda.synchronize()
+        ok = torch.equal(got, want)
+        print(f"{'PASS' if ok else 'FAIL'} cached flash_attn_with_kvcache: new lengths and "
+              "page table, on a side stream, equal an uncached call", flush=True)
+        passed += ok
+    except fa2.Fa2Error as e:
+        print(f"FAIL cached flash_attn_with_kvcache on a side stream: {e}", flush=True)
+    return passed, n
+
+
 def decode_cases():
     """Decode through fa2.forward (dense K/V: num_splits 0 lets the planner split the
     keys, 1 never splits) and flash_attn_with_kvcache over a contiguous cache
@@ -810,8 +930,8 @@ def main():
     print(f"{'PASS' if ok else 'FAIL'} raw pointers bf16 b=1 s=128 h=4 d=64  o {err:.1e}")
     total = len(cases) + 1
     for group in (forward_refusals, backward_refusals, broadcast_cases, no_keys_cases,
-                  varlen_cases, kvcache_cases, decode_cases, combine_cases, scored_cases,
-                  compile_cases):
+                  varlen_cases, kvcache_cases, cache_key_cases, decode_cases, combine_cases,
+                  scored_cases, compile_cases):
         passed, n = group()
         failed += n - passed
         total += n

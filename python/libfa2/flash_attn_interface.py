@@ -8,12 +8,13 @@ name; return_attn_probs returns (out, softmax_lse, None), as flash-attn does wit
 dropout. Windows follow flash-attn's rules (an edge >= seqlen_k is unlimited, causal
 sets the right edge to 0); the C API keeps its own strict checks.
 """
+from . import _calls
 from ._cdefs import MAX_WINDOW
 from ._library import _lock
 from ._tensors import _check_score_tensors, _check_tensors, _torch
 from .errors import Fa2ShapeError
 from .ops import (_check_offsets, _custom_ops, _varlen_forward, attention_with_lse,
-                  cache_write, paged_forward)
+                  cache_write, paged_forward, paged_plan)
 
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
@@ -92,7 +93,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     out, lse = attention_with_lse(q, k, v, causal=causal, window=(left, right),
                                   softmax_scale=softmax_scale, deterministic=deterministic,
                                   softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-    return _probs(out[..., :d], lse, return_attn_probs)
+    if d != out.shape[-1]:
+        out = out[..., :d]
+    return (out, lse, None) if return_attn_probs else out
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -188,14 +191,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                   int(max_seqlen_q), int(max_seqlen_k), causal)
         options = (None if softmax_scale is None else float(softmax_scale),
                    bool(deterministic), float(softcap), alibi_slopes, sinks)
-        if out is not None:
-            if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-                raise Fa2ShapeError("flash_attn_varlen_func: out= writes in place, which "
-                                    "autograd cannot track: use it under torch.no_grad()")
-            o, lse = _varlen_forward(*common, (left, right), *options, out=out)
-        else:
+        tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                  for t in (q, k, v, sinks))
+        if out is not None and tracked:
+            raise Fa2ShapeError("flash_attn_varlen_func: out= writes in place, which "
+                                "autograd cannot track: use it under torch.no_grad()")
+        if tracked or torch.compiler.is_compiling():
             o, lse = _custom_ops().varlen_fwd(*common, left, right, *options)
-    o = o[..., :d]
+        else:
+            o, lse = _varlen_forward(*common, (left, right), *options, out=out)
+    if d != o.shape[-1]:
+        o = o[..., :d]
     if return_lse:
         return o, lse
     return _probs(o, lse, return_attn_probs)
@@ -272,6 +278,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     check (such a sequence's rows are otherwise left unwritten); sinks."""
     _refuse("flash_attn_with_kvcache", rotary_cos=rotary_cos, rotary_sin=rotary_sin,
             cache_leftpad=cache_leftpad)
+    # A repeated call without new rows: the cached call (docs/ffi.md, "Repeated calls").
+    key = None
+    if k is None and v is None and not check_metadata:
+        tensors = (q, k_cache, v_cache, block_table, cache_batch_idx, cache_seqlens,
+                   alibi_slopes, sinks)
+        sigs = tuple(_calls.optional_signature(t) for t in tensors)
+        if None not in sigs and sigs[0] != ():
+            key = ("kvcache",) + sigs + (softmax_scale, causal, window_size, softcap,
+                                         num_splits, return_softmax_lse)
+            call = _calls.lookup(key)
+            if call is not None and _calls.storages_hold(call.spans, tensors):
+                return _kvcache_result(call, q, k_cache, v_cache, block_table,
+                                       cache_batch_idx, cache_seqlens, alibi_slopes, sinks)
     torch = _torch()
     q = _tensor("q", q)
     if q.dim() != 4:
@@ -306,6 +325,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if k is not None:
         seqused = _append(k, v, seqused, table, k_cache, v_cache, batch, capacity)
     causal, left, right = flash_window(window_size, causal, capacity)
+    if key is not None and q.is_contiguous() and q.shape[-1] % 8 == 0:
+        p = paged_plan(q3, k_cache, v_cache, table, seqlen_q, capacity, causal=causal,
+                       window=(left, right), softmax_scale=softmax_scale, softcap=softcap,
+                       alibi_slopes=alibi_slopes, sinks=sinks, num_splits=num_splits)
+        call = _calls.store(key, _calls.PagedCall(
+            p, q, (q.shape[2], batch * seqlen_q) if return_softmax_lse else None,
+            _uniform_offsets(batch, seqlen_q, q.device),
+            table if block_table is None and cache_batch_idx is None else None,
+            seqused if cache_seqlens is None else None,
+            alibi_slopes is not None or sinks is not None,
+            _calls.spans(q, k_cache, v_cache)))
+        return _kvcache_result(call, q, k_cache, v_cache, block_table, cache_batch_idx,
+                               cache_seqlens, alibi_slopes, sinks)
     # a head dim that is not a multiple of 8: padded copies of q and the caches
     (q3, k_cache, v_cache), softmax_scale, d = _padded((q3, k_cache, v_cache), softmax_scale)
     result = paged_forward(q3, k_cache, v_cache, _uniform_offsets(batch, seqlen_q, q.device),
@@ -319,6 +351,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         return o
     # [heads_q, batch * seqlen_q] -> flash-attn's [batch, heads_q, seqlen_q]
     return o, lse.view(q.shape[2], batch, seqlen_q).transpose(0, 1).contiguous()
+
+
+def _kvcache_result(call, q, k_cache, v_cache, block_table, cache_batch_idx, cache_seqlens,
+                    alibi_slopes, sinks):
+    """Runs a cached PagedCall: out like q, and with the LSE flash-attn's [batch, heads_q,
+    seqlen_q]."""
+    table = block_table if block_table is not None else cache_batch_idx
+    o, lse = call.run(q, k_cache, v_cache, table, cache_seqlens, alibi_slopes, sinks)
+    if lse is None:
+        return o
+    return o, lse.view(q.shape[2], q.shape[0], q.shape[1]).transpose(0, 1).contiguous()
 
 
 def _page_table(block_table, cache_batch_idx, k_cache, batch, device):

@@ -1,9 +1,11 @@
 """torch tensors in, tensors out: forward, backward, autograd, packed batches, combine."""
 import ctypes
 
+from . import _calls
+
 from ._cdefs import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, CombineProblem
 from ._library import library
-from ._tensors import (_as_c_input, _check_gradient, _check_like, _check_lse, _check_output,
+from ._tensors import (_check_gradient, _check_like, _check_lse, _check_output,
                        _check_score_tensors, _check_tensors, _dense_strides, _empty_as,
                        _lock, _lse_shape, _max_splits, _torch, alibi_stride, cached_plan,
                        plan_for, repeats_addresses)
@@ -25,30 +27,48 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     (a few query rows per kv head: docs/api.md "Decode"; the workspace is allocated
     here), 1 never splits, n at most n. softcap (0 = off), alibi_slopes and sinks
     (float32 [heads_q] on q's device): the score variants as include/fa2.h defines them;
-    the LSE returned includes the sink."""
-    torch = _torch()
+    the LSE returned includes the sink. A repeated call signature (docs/ffi.md, "Repeated
+    calls") skips the checks that depend on it only."""
+    tensors = (q, k, v, out, lse, alibi_slopes, sinks)
+    key = _forward_key(tensors, return_lse, causal, window, softmax_scale, deterministic,
+                       num_splits, softcap, lib)
+    call = _calls.lookup(key)
+    if call is None or not _calls.storages_hold(call.spans, tensors):
+        call = _calls.store(key, _forward_call(
+            *tensors, return_lse=return_lse, causal=causal, window=window,
+            softmax_scale=softmax_scale, deterministic=deterministic, num_splits=num_splits,
+            softcap=softcap, lib=lib))
+    o, lse = call.run(*tensors)
+    return (o, lse) if call.returns_lse else o
+
+
+def _forward_key(tensors, *options):
+    """The call signature of a dense forward (None: not cacheable)."""
+    sigs = tuple(_calls.optional_signature(t) for t in tensors)
+    if None in sigs or sigs[0] == ():
+        return None
+    return ("forward",) + sigs + options
+
+
+def _forward_call(q, k, v, out, lse, alibi_slopes, sinks, *, return_lse, causal, window,
+                  softmax_scale, deterministic, num_splits, softcap, lib):
+    """Every check of a dense forward (raising before any C call), its plan, and the
+    ForwardCall that runs it."""
     _check_tensors(q, k, v)
     _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device, q.shape[0])
     max_splits = _max_splits(num_splits)
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    else:
+    if out is not None:
         _check_output("out", out, q.shape, q.dtype, q.device)
     if lse is not None:
         _check_lse("lse", lse, q)
-        return_lse = True
-    elif return_lse:
-        lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     p = plan_for(q, k, v, out, causal=causal, window=window, softmax_scale=softmax_scale,
                  deterministic=deterministic, max_splits=max_splits, softcap=softcap,
                  alibi=alibi_stride(alibi_slopes), sinks=sinks is not None, lib=lib)
-    workspace = (torch.empty(int(p.workspace_bytes), dtype=torch.uint8, device=q.device)
-                 if p.workspace_bytes else None)
-    with torch.cuda.device(q.device):
-        p.forward_with(q, _as_c_input(q, k), _as_c_input(q, v), out, lse,
-                       alibi_slopes=alibi_slopes, sinks=sinks, workspace=workspace,
-                       stream=torch.cuda.current_stream(q.device))
-    return (out, lse) if return_lse else out
+    returns_lse = bool(return_lse) or lse is not None
+    return _calls.ForwardCall(
+        p, q, out, _lse_shape(q) if returns_lse else None, kv_from_q=k.shape[1] == 0,
+        variants=alibi_slopes is not None or sinks is not None, returns_lse=returns_lse,
+        spans_=_calls.spans(q, k, v, out, lse, alibi_slopes, sinks))
 
 
 def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_scale=None,
@@ -68,7 +88,38 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     given dq, dk or dv must have the strides the library writes (its input's, or the
     copy's) and one address per element, else Fa2Overlap / Fa2ShapeError before any C
     call. With seqlen_k = 0, dq is zero and dk, dv have no elements."""
-    torch = _torch()
+    tensors = (d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks)
+    sigs = tuple(_calls.optional_signature(t) for t in tensors)
+    key = None if None in sigs else ("backward",) + sigs + (
+        causal, window, softmax_scale, deterministic, softcap, lib)
+    call = _calls.lookup(key)
+    if call is None or not _calls.storages_hold(call.spans, tensors):
+        call = _calls.store(key, _backward_call(
+            *tensors, causal=causal, window=window, softmax_scale=softmax_scale,
+            deterministic=deterministic, softcap=softcap, lib=lib))
+    return call.run(*tensors)
+
+
+class _NoKeysBackward:
+    """seqlen_k = 0: dQ = 0 and dK, dV are empty, and every row is the sink's alone,
+    with O = 0: dsinks = 0. fa2_backward would need non-NULL dK and dV pointers that
+    overlap nothing, for no work: not called."""
+
+    def __init__(self, spans_):
+        self.spans = spans_
+
+    def run(self, d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks):
+        torch = _torch()
+        dq = _empty_as(q).zero_() if dq is None else dq.zero_()
+        dk = _empty_as(k) if dk is None else dk
+        dv = _empty_as(v) if dv is None else dv
+        return (dq, dk, dv) + (() if sinks is None else (torch.zeros_like(sinks),))
+
+
+def _backward_call(d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks, *, causal, window,
+                   softmax_scale, deterministic, softcap, lib):
+    """Every check of a dense backward (raising before any C call), its plan, and the
+    BackwardCall that runs it."""
     _check_tensors(q, k, v)
     _check_score_tensors(alibi_slopes, sinks, q.shape[2], q.device, q.shape[0])
     _check_like("o", o, q.shape, q.dtype, q.device)
@@ -77,30 +128,19 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     for name, g, t in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
         if g is not None:
             _check_gradient(name, g, t)
-    # Checks done. Inputs that repeat addresses go as contiguous copies (only those).
-    q_c, k_c, v_c = (t.contiguous() if repeats_addresses(t.shape, t.stride()) else t
-                     for t in (q, k, v))
+    spans_ = _calls.spans(d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks)
+    if k.shape[1] == 0:
+        return _NoKeysBackward(spans_)
+    # Inputs that repeat addresses go as contiguous copies (only those).
+    copies = tuple(repeats_addresses(t.shape, t.stride()) for t in (q, k, v))
+    q_c, k_c, v_c = (t.contiguous() if c else t for t, c in zip((q, k, v), copies))
     p = plan_for(q_c, k_c, v_c, o, causal=causal, window=window,
                  softmax_scale=softmax_scale, deterministic=deterministic, softcap=softcap,
                  alibi=alibi_stride(alibi_slopes), sinks=sinks is not None, lib=lib)
-    dq = _empty_as(q_c) if dq is None else dq
-    dk = _empty_as(k_c) if dk is None else dk
-    dv = _empty_as(v_c) if dv is None else dv
-    dsinks = None if sinks is None else torch.empty_like(sinks)
-    if k.shape[1] == 0:
-        # No key: dQ = 0 and dK, dV are empty, and every row is the sink's alone, with
-        # O = 0: dsinks = 0. fa2_backward would need non-NULL dK and dV pointers that
-        # overlap nothing, for no work: not called.
-        return (dq.zero_(), dk, dv) + (() if dsinks is None else (dsinks.zero_(),))
-    if d_o.stride() != o.stride():
-        d_o = _empty_as(o).copy_(d_o)
-    workspace = torch.empty(max(int(p.bwd_workspace_bytes), 16), dtype=torch.uint8,
-                            device=q.device)
-    with torch.cuda.device(q.device):
-        p.backward_with(q_c, k_c, v_c, o, d_o, lse, dq, dk, dv, workspace,
-                        alibi_slopes=alibi_slopes, sinks=sinks, dsinks=dsinks,
-                        stream=torch.cuda.current_stream(q.device))
-    return (dq, dk, dv) + (() if dsinks is None else (dsinks,))
+    return _calls.BackwardCall(
+        p, q.device, copies, d_o.stride() != o.stride(),
+        tuple((t.shape, t.stride()) for t in (q_c, k_c, v_c)),
+        alibi_slopes is not None or sinks is not None, spans_)
 
 
 _ops = None
@@ -259,16 +299,73 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
 
 def attention_with_lse(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
                        deterministic=False, softcap=0.0, alibi_slopes=None, sinks=None):
-    """attention() and its LSE float32 [b, hq, sq] (natural log, not differentiable)."""
+    """attention() and its LSE float32 [b, hq, sq] (natural log, not differentiable).
+    Eager calls go through a torch.autograd.Function (or straight to forward() when no
+    input needs a gradient); under torch.compile, through the custom ops libfa2::fwd and
+    libfa2::bwd, which it traces without a graph break."""
     torch = _torch()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise Fa2ShapeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
-    q, k, v = (t if t.dim() == 0 or t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if q.dim() and q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.dim() and k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.dim() and v.stride(-1) != 1:
+        v = v.contiguous()
     window_left, window_right = (int(w) for w in window)
-    return _custom_ops().fwd(q, k, v, bool(causal), window_left, window_right,
-                             None if softmax_scale is None else float(softmax_scale),
-                             bool(deterministic), float(softcap), alibi_slopes, sinks)
+    options = (bool(causal), window_left, window_right,
+               None if softmax_scale is None else float(softmax_scale), bool(deterministic),
+               float(softcap))
+    if torch.compiler.is_compiling():
+        return _custom_ops().fwd(q, k, v, *options, alibi_slopes, sinks)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                    (sinks is not None and sinks.requires_grad)):
+        return _autograd_function().apply(q, k, v, *options, alibi_slopes, sinks)
+    return forward(q, k, v, causal=options[0], window=options[1:3], softmax_scale=options[3],
+                   deterministic=options[4], softcap=options[5], alibi_slopes=alibi_slopes,
+                   sinks=sinks, return_lse=True)
+
+
+_function = None
+
+
+def _autograd_function():
+    """attention's torch.autograd.Function (built on first use: importing libfa2 needs no
+    torch). The same formula as the custom ops' registered autograd, at the host cost of
+    a plain Function."""
+    global _function
+    if _function is not None:
+        return _function
+    torch = _torch()
+
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, window_left, window_right, softmax_scale,
+                    deterministic, softcap, alibi_slopes, sinks):
+            o, lse = forward(q, k, v, causal=causal, window=(window_left, window_right),
+                             softmax_scale=softmax_scale, deterministic=deterministic,
+                             softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                             return_lse=True)
+            ctx.save_for_backward(q, k, v, o, lse, alibi_slopes, sinks)
+            ctx.mark_non_differentiable(lse)
+            ctx.options = (causal, (window_left, window_right), softmax_scale, deterministic,
+                           softcap)
+            return o, lse
+
+        @staticmethod
+        def backward(ctx, d_o, d_lse):
+            q, k, v, o, lse, alibi_slopes, sinks = ctx.saved_tensors
+            causal, window, softmax_scale, deterministic, softcap = ctx.options
+            grads = backward(d_o, q, k, v, o, lse, causal=causal, window=window,
+                             softmax_scale=softmax_scale, deterministic=deterministic,
+                             softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+            return grads[:3] + (None,) * 7 + (grads[3] if sinks is not None else None,)
+
+    with _lock:
+        if _function is None:
+            _function = Attention
+    return _function
 
 
 def _check_offsets(name, t, n, device):
@@ -353,10 +450,9 @@ def paged_forward(q3, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, max
     skipped (its rows not written); check_metadata=True synchronizes and raises
     Fa2BadMetadata naming it. Callers check the tensors (flash_attn_interface)."""
     torch = _torch()
-    pages = (k_cache.shape[1], k_cache.shape[0], page_table.shape[1])
-    p = _varlen_plan(q3, k_cache, v_cache, page_table.shape[0], max_seqlen_q, max_seqlen_k,
-                     causal, window, softmax_scale, False, softcap, alibi_stride(alibi_slopes),
-                     sinks is not None, o3=out, pages=pages, max_splits=_max_splits(num_splits))
+    p = paged_plan(q3, k_cache, v_cache, page_table, max_seqlen_q, max_seqlen_k, causal=causal,
+                   window=window, softmax_scale=softmax_scale, softcap=softcap,
+                   alibi_slopes=alibi_slopes, sinks=sinks, num_splits=num_splits, out=out)
     o = torch.empty(q3.shape, dtype=q3.dtype, device=q3.device) if out is None else out
     lse = torch.empty((q3.shape[1], q3.shape[0]), dtype=torch.float32, device=q3.device) \
         if return_lse else None
@@ -369,6 +465,16 @@ def paged_forward(q3, k_cache, v_cache, cu_seqlens_q, seqused_k, page_table, max
             torch.cuda.current_stream(q3.device).synchronize()
             p.varlen_check(workspace)
     return (o, lse) if return_lse else o
+
+
+def paged_plan(q3, k_cache, v_cache, page_table, max_seqlen_q, max_seqlen_k, *, causal,
+               window, softmax_scale, softcap, alibi_slopes, sinks, num_splits, out=None):
+    """The cached Plan of a paged forward (paged_forward's arguments)."""
+    pages = (k_cache.shape[1], k_cache.shape[0], page_table.shape[1])
+    return _varlen_plan(q3, k_cache, v_cache, page_table.shape[0], max_seqlen_q, max_seqlen_k,
+                        causal, window, softmax_scale, False, softcap,
+                        alibi_stride(alibi_slopes), sinks is not None, o3=out, pages=pages,
+                        max_splits=_max_splits(num_splits))
 
 
 def cache_write(k_new, v_new, slot_mapping, k_cache, v_cache, page_table_width, max_seqlen_k):

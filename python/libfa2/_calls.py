@@ -1,0 +1,283 @@
+"""The call cache: what a checked call decided, kept per call signature, so that a
+repeated call checks storage, allocates its outputs, patches pointers and the stream, and
+calls C once.
+
+A signature is everything the checks and the plan depend on: each tensor's exact type,
+shape, strides, dtype and device, and the call's options. The one property a signature
+cannot hold, whether a tensor's storage still covers what its strides reach (a storage
+can be resized under a view), is checked on every call. A call whose signature is not in
+the cache, or whose storage check fails, takes the full path: every check, then the plan,
+then a new entry (a refused call raises there, before any C call, and caches nothing).
+"""
+import ctypes
+import sys
+
+from ._library import _lock
+
+_CACHE_MAX = 512
+_cache = {}
+
+
+def signature(t):
+    """A tensor's part of a call signature; None (not cacheable) for anything but a plain
+    torch.Tensor or nn.Parameter."""
+    torch = sys.modules.get("torch")
+    if torch is None or (type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter):
+        return None
+    return (t.shape, t.stride(), t.dtype, t.get_device())
+
+
+def optional_signature(t):
+    """signature() of an optional tensor argument: () for None."""
+    return () if t is None else signature(t)
+
+
+def lookup(key):
+    """The entry cached under key; None for a miss or an unhashable option (a list)."""
+    if key is None:
+        return None
+    try:
+        return _cache.get(key)
+    except TypeError:
+        return None
+
+
+def _plain(x):
+    """Whether x compares by value: Python scalars, strings, None, dtypes, tuples of
+    those (tensor shapes too), or a Library (one object per loaded file). An option
+    that is anything else (a tensor passed as a scale) keeps its call out of the cache."""
+    if x is None or type(x) in (bool, int, float, str):
+        return True
+    if isinstance(x, tuple):
+        return all(_plain(y) for y in x)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.dtype):
+        return True
+    from ._library import Library
+    return type(x) is Library
+
+
+def store(key, entry):
+    """Keeps entry under key when every part of the key compares by value (the cache
+    starts over when full); returns entry."""
+    if key is not None and _plain(key):
+        with _lock:
+            if len(_cache) >= _CACHE_MAX:
+                _cache.clear()
+            _cache[key] = entry
+    return entry
+
+
+def clear():
+    """Forgets every cached call (tests; a process that loads another library)."""
+    with _lock:
+        _cache.clear()
+
+
+def storage_span(t):
+    """Bytes from t's first element to one past the last one its strides reach (0 for
+    no element)."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
+
+
+def spans(*tensors):
+    """(tensor index, span) for each given tensor with elements: what storages_hold
+    checks per call."""
+    return tuple((i, storage_span(t)) for i, t in enumerate(tensors)
+                 if t is not None and t.numel())
+
+
+def storages_hold(spans_, tensors):
+    """Whether each tensor's storage still holds what its strides reach."""
+    for i, span in spans_:
+        t = tensors[i]
+        if t.storage_offset() * t.element_size() + span > t.untyped_storage().nbytes():
+            return False
+    return True
+
+
+class Launch:
+    """One C entry point bound to a plan: the plan's address and the library's check,
+    the device, and its current stream looked up per call."""
+
+    def __init__(self, lib, plan, function, device):
+        self.lib = lib
+        self.plan = plan  # keeps the fa2_plan_t alive
+        self.plan_ref = ctypes.byref(plan.raw)
+        self.function = function
+        self.c_function = getattr(lib.cdll, function)
+        self.device = device
+        self.index = device.index
+
+    def __call__(self, *pointers):
+        """Calls the C function on (plan, *pointers, stream of the device), switching
+        the current device only when it differs."""
+        torch = sys.modules["torch"]
+        if torch._C._cuda_getDevice() == self.index:
+            status = self.c_function(self.plan_ref, *pointers,
+                                     torch._C._cuda_getCurrentRawStream(self.index))
+        else:
+            with torch.cuda.device(self.index):
+                status = self.c_function(self.plan_ref, *pointers,
+                                         torch._C._cuda_getCurrentRawStream(self.index))
+        if status:
+            self.lib.check(status, self.function)
+
+    def with_args(self, args):
+        """Calls fa2_forward_with / fa2_backward_with on an args struct whose stream is
+        filled here."""
+        torch = sys.modules["torch"]
+        if torch._C._cuda_getDevice() == self.index:
+            args.stream = torch._C._cuda_getCurrentRawStream(self.index)
+            status = self.c_function(self.plan_ref, ctypes.byref(args))
+        else:
+            with torch.cuda.device(self.index):
+                args.stream = torch._C._cuda_getCurrentRawStream(self.index)
+                status = self.c_function(self.plan_ref, ctypes.byref(args))
+        if status:
+            self.lib.check(status, self.function)
+
+
+def pointer(t):
+    """A tensor's device address, 0 (NULL) for None."""
+    return 0 if t is None else t.data_ptr()
+
+
+class ForwardCall:
+    """A checked dense forward: allocates O (unless given), the LSE (when returned) and
+    the workspace, then one fa2_forward, or fa2_forward_with when the score variants
+    pass tensors."""
+
+    def __init__(self, plan, q, out, lse_shape, kv_from_q, variants, returns_lse, spans_):
+        self.returns_lse = returns_lse
+        self.spans = spans_
+        self.o_shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        self.lse_shape = lse_shape  # None: no LSE unless one is given
+        self.kv_from_q = kv_from_q  # no key row: Q's pointer stands in for K and V
+        self.workspace_bytes = int(plan.workspace_bytes)
+        self.variants = variants
+        self.launch = Launch(plan.lib, plan, "fa2_forward_with" if variants else "fa2_forward",
+                             q.device)
+        if variants:
+            from ._cdefs import ForwardArgs
+            self.args = ForwardArgs()
+            plan.lib.cdll.fa2_forward_args_init(ctypes.byref(self.args))
+
+    def run(self, q, k, v, out, lse, alibi_slopes, sinks):
+        torch = sys.modules["torch"]
+        if out is None:
+            out = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
+        if lse is None and self.lse_shape is not None:
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        n = self.workspace_bytes
+        workspace = torch.empty(n, dtype=torch.uint8, device=self.device) if n else None
+        if self.kv_from_q:
+            k = v = q
+        if not self.variants:
+            self.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), pointer(lse),
+                        pointer(workspace), n)
+        else:
+            args = type(self.args).from_buffer_copy(self.args)
+            args.q, args.k, args.v, args.o = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                              out.data_ptr())
+            args.lse, args.workspace, args.workspace_bytes = pointer(lse), pointer(workspace), n
+            args.alibi_slopes, args.sinks = pointer(alibi_slopes), pointer(sinks)
+            self.launch.with_args(args)
+        return out, lse
+
+
+class BackwardCall:
+    """A checked dense backward: contiguous copies of the inputs whose strides repeat an
+    address, dO in O's strides, the gradients (unless given) and the workspace, then one
+    fa2_backward (fa2_backward_with when the score variants pass tensors)."""
+
+    def __init__(self, plan, device, copies, copy_d_o, grad_layouts, variants, spans_):
+        self.spans = spans_
+        self.copies = copies          # (q, k, v): passed as .contiguous() copies
+        self.copy_d_o = copy_d_o      # dO's strides differ from O's
+        self.grad_layouts = grad_layouts  # (shape, strides) of dq, dk, dv
+        self.variants = variants
+        self.workspace_bytes = max(int(plan.bwd_workspace_bytes), 16)
+        self.launch = Launch(plan.lib, plan, "fa2_backward_with" if variants
+                             else "fa2_backward", device)
+        if variants:
+            from ._cdefs import BackwardArgs
+            self.args = BackwardArgs()
+            plan.lib.cdll.fa2_backward_args_init(ctypes.byref(self.args))
+
+    def run(self, d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks):
+        torch = sys.modules["torch"]
+        cq, ck, cv = self.copies
+        q, k, v = (q.contiguous() if cq else q, k.contiguous() if ck else k,
+                   v.contiguous() if cv else v)
+        grads = [g if g is not None else torch.empty_strided(
+            shape, strides, dtype=q.dtype, device=q.device)
+            for g, (shape, strides) in zip((dq, dk, dv), self.grad_layouts)]
+        if self.copy_d_o:
+            d_o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype,
+                                      device=o.device).copy_(d_o)
+        n = self.workspace_bytes
+        workspace = torch.empty(n, dtype=torch.uint8, device=q.device)
+        dsinks = None if sinks is None else torch.empty_like(sinks)
+        if not self.variants:
+            self.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
+                        lse.data_ptr(), grads[0].data_ptr(), grads[1].data_ptr(),
+                        grads[2].data_ptr(), workspace.data_ptr(), n)
+            return tuple(grads)
+        args = type(self.args).from_buffer_copy(self.args)
+        args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        args.d_o, args.lse = d_o.data_ptr(), lse.data_ptr()
+        args.dq, args.dk, args.dv = (g.data_ptr() for g in grads)
+        args.alibi_slopes, args.sinks, args.dsinks = (pointer(alibi_slopes), pointer(sinks),
+                                                      pointer(dsinks))
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), n
+        self.launch.with_args(args)
+        return tuple(grads) + (() if dsinks is None else (dsinks,))
+
+
+class PagedCall:
+    """A checked paged forward (flash_attn_with_kvcache without new rows): O in q's
+    shape, the LSE [heads_q, total_q] when returned, the workspace, then one
+    fa2_forward_varlen (fa2_forward_with with the score variants' tensors). The offsets,
+    and the page table and key counts when the call does not pass them, are the cached
+    constant tensors the first call made."""
+
+    def __init__(self, plan, q, lse_shape, offsets, table, seqused, variants, spans_):
+        self.spans = spans_
+        self.o_shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        self.lse_shape = lse_shape
+        self.offsets, self.table, self.seqused = offsets, table, seqused
+        self.variants = variants
+        self.workspace_bytes = int(plan.workspace_bytes)
+        self.launch = Launch(plan.lib, plan, "fa2_forward_with" if variants
+                             else "fa2_forward_varlen", q.device)
+        if variants:
+            from ._cdefs import ForwardArgs
+            self.args = ForwardArgs()
+            plan.lib.cdll.fa2_forward_args_init(ctypes.byref(self.args))
+
+    def run(self, q, k_cache, v_cache, table, seqused, alibi_slopes, sinks):
+        torch = sys.modules["torch"]
+        table = self.table if table is None else table
+        seqused = self.seqused if seqused is None else seqused
+        out = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
+        lse = None if self.lse_shape is None else \
+            torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        n = self.workspace_bytes
+        workspace = torch.empty(n, dtype=torch.uint8, device=self.device) if n else None
+        if not self.variants:
+            self.launch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                        pointer(lse), self.offsets.data_ptr(), 0, seqused.data_ptr(),
+                        table.data_ptr(), pointer(workspace), n)
+        else:
+            args = type(self.args).from_buffer_copy(self.args)
+            args.q, args.k, args.v, args.o = (q.data_ptr(), k_cache.data_ptr(),
+                                              v_cache.data_ptr(), out.data_ptr())
+            args.lse, args.cu_seqlens_q = pointer(lse), self.offsets.data_ptr()
+            args.seqused_k, args.page_table = seqused.data_ptr(), table.data_ptr()
+            args.alibi_slopes, args.sinks = pointer(alibi_slopes), pointer(sinks)
+            args.workspace, args.workspace_bytes = pointer(workspace), n
+            self.launch.with_args(args)
+        return out, lse

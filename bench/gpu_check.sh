@@ -53,7 +53,7 @@
 #                    Python entry point beside SDPA, and the seeds' training benchmark);
 #                    host.log, host.csv. FA2_HOST_PACKAGE=DIR: bench/host_overhead.py
 #                    also with the libfa2 package in DIR (an older python/ folder, as
-#                    for FA2_BASELINE), host-before.log
+#                    for FA2_BASELINE; host cost only), host-before.log
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -202,7 +202,7 @@ if [ "${FA2_HOST:-0}" = 1 ]; then
         python3 bench/host_overhead.py --csv "$OUT/host.csv"
     if [ -n "${FA2_HOST_PACKAGE:-}" ]; then
         run_step host-python-before "$OUT/host-before.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
-            python3 bench/host_overhead.py --package "$FA2_HOST_PACKAGE"
+            python3 bench/host_overhead.py --skip-training --package "$FA2_HOST_PACKAGE"
     fi
 fi
 

@@ -18,18 +18,33 @@ _CACHE_MAX = 512
 _cache = {}
 
 
-def signature(t):
-    """A tensor's part of a call signature; None (not cacheable) for anything but a plain
-    torch.Tensor or nn.Parameter."""
+_tensor_types = ()
+
+
+def _plain_tensor_types():
+    """(torch.Tensor, torch.nn.Parameter), once torch is imported (no tensor exists
+    before)."""
+    global _tensor_types
     torch = sys.modules.get("torch")
-    if torch is None or (type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter):
-        return None
-    return (t.shape, t.stride(), t.dtype, t.get_device())
+    if torch is not None:
+        _tensor_types = (torch.Tensor, torch.nn.Parameter)
+    return _tensor_types
 
 
-def optional_signature(t):
-    """signature() of an optional tensor argument: () for None."""
-    return () if t is None else signature(t)
+def signatures(tensors):
+    """The tensors' part of a call signature: per tensor its shape, strides, dtype and
+    device index, () for None; None (not cacheable) when one is anything but a plain
+    torch.Tensor or nn.Parameter."""
+    types = _tensor_types or _plain_tensor_types()
+    out = []
+    for t in tensors:
+        if t is None:
+            out.append(())
+        elif type(t) in types:
+            out.append((t.shape, t.stride(), t.dtype, t.get_device()))
+        else:
+            return None
+    return tuple(out)
 
 
 def lookup(key):

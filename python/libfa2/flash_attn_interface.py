@@ -85,7 +85,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     seqlen_k, heads_kv, d], differentiable. Returns out, or with return_attn_probs
     (out, softmax_lse [batch, heads_q, seqlen_q] float32, None). alibi_slopes: float32
     [heads_q]. sinks (keyword-only, libfa2's): float32 [heads_q] attention-sink logits."""
-    _refuse("flash_attn_func", dropout_p)
+    if dropout_p:
+        _refuse("flash_attn_func", dropout_p)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _tensor(name, t)
     causal, left, right = flash_window(window_size, causal, k.shape[1] if k.dim() == 4 else 0)
@@ -276,17 +277,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     n at most n. libfa2's keyword-only extras: check_metadata=True synchronizes and
     raises Fa2BadMetadata naming a sequence whose lengths or page ids failed the GPU's
     check (such a sequence's rows are otherwise left unwritten); sinks."""
-    _refuse("flash_attn_with_kvcache", rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-            cache_leftpad=cache_leftpad)
+    if rotary_cos is not None or rotary_sin is not None or cache_leftpad is not None:
+        _refuse("flash_attn_with_kvcache", rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                cache_leftpad=cache_leftpad)
     # A repeated call without new rows: the cached call (docs/ffi.md, "Repeated calls").
     key = None
     if k is None and v is None and not check_metadata:
         tensors = (q, k_cache, v_cache, block_table, cache_batch_idx, cache_seqlens,
                    alibi_slopes, sinks)
-        sigs = tuple(_calls.optional_signature(t) for t in tensors)
-        if None not in sigs and sigs[0] != ():
-            key = ("kvcache",) + sigs + (softmax_scale, causal, window_size, softcap,
-                                         num_splits, return_softmax_lse)
+        sigs = _calls.signatures(tensors)
+        if sigs is not None and sigs[0] != ():
+            key = ("kvcache", sigs, softmax_scale, causal, window_size, softcap, num_splits,
+                   return_softmax_lse)
             call = _calls.lookup(key)
             if call is not None and _calls.storages_hold(call.spans, tensors):
                 return _kvcache_result(call, q, k_cache, v_cache, block_table,

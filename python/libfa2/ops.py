@@ -44,10 +44,10 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
 
 def _forward_key(tensors, *options):
     """The call signature of a dense forward (None: not cacheable)."""
-    sigs = tuple(_calls.optional_signature(t) for t in tensors)
-    if None in sigs or sigs[0] == ():
+    sigs = _calls.signatures(tensors)
+    if sigs is None or sigs[0] == ():
         return None
-    return ("forward",) + sigs + options
+    return ("forward", sigs, options)
 
 
 def _forward_call(q, k, v, out, lse, alibi_slopes, sinks, *, return_lse, causal, window,
@@ -89,9 +89,9 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     copy's) and one address per element, else Fa2Overlap / Fa2ShapeError before any C
     call. With seqlen_k = 0, dq is zero and dk, dv have no elements."""
     tensors = (d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks)
-    sigs = tuple(_calls.optional_signature(t) for t in tensors)
-    key = None if None in sigs else ("backward",) + sigs + (
-        causal, window, softmax_scale, deterministic, softcap, lib)
+    sigs = _calls.signatures(tensors)
+    key = None if sigs is None else ("backward", sigs, causal, window, softmax_scale,
+                                     deterministic, softcap, lib)
     call = _calls.lookup(key)
     if call is None or not _calls.storages_hold(call.spans, tensors):
         call = _calls.store(key, _backward_call(

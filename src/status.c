@@ -24,15 +24,18 @@ const char *fa2_version_string(void)
 #ifndef FA2_BUILD_CUDA_VERSION
 #define FA2_BUILD_CUDA_VERSION "unknown"
 #endif
+#ifndef FA2_BUILD_HEAD_DIMS
+#define FA2_BUILD_HEAD_DIMS "" /* every head-dim bucket */
+#endif
 #ifndef FA2_BUILD_ARCHITECTURES
 #define FA2_BUILD_ARCHITECTURES "unknown"
 #endif
 
 const char *fa2_build_info(void)
 {
-    /* both macros come from CMakeLists.txt */
+    /* the macros come from CMakeLists.txt */
     return "libfa2 " FA2_VERSION_TEXT "; CUDA runtime " FA2_BUILD_CUDA_VERSION
-           "; GPU code " FA2_BUILD_ARCHITECTURES;
+           "; GPU code " FA2_BUILD_ARCHITECTURES FA2_BUILD_HEAD_DIMS;
 }
 
 const char *fa2_status_string(fa2_status_t status)

@@ -19,6 +19,17 @@ int fa2_head_dim_bucket(int64_t head_dim)
     return best;
 }
 
+/* The largest head dim this build compiles (256 unless CMake's FA2_HEAD_DIMS leaves the
+ * top buckets out). */
+static int largest_bucket(void)
+{
+    int largest = 0;
+#define FA2_X(bucket, bm, bn, w) largest = (bucket) > largest ? (bucket) : largest;
+    FA2_FWD_TILES(FA2_X)
+#undef FA2_X
+    return largest;
+}
+
 /* One row of the mma.sync tile tables, as a fa2_fwd_tile_t (in the two functions
  * below). */
 #define FA2_X(b, bm, bn, w)                                               \
@@ -40,6 +51,7 @@ int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile)
 
 int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile)
 {
+    (void)bucket, (void)tile; /* a build without the compact tiles' buckets has no row */
     FA2_FWD_COMPACT_TILES(FA2_X)
     return 0;
 }
@@ -245,8 +257,9 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
     if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0 ||
         fa2_head_dim_bucket(p->head_dim) == 0)
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
-                        "head_dim=%" PRId64 " is not supported (multiples of 8 from 8 to 256)",
-                        p->head_dim);
+                        "head_dim=%" PRId64 " is not supported (multiples of 8 from 8 to %d%s)",
+                        p->head_dim, largest_bucket(),
+                        largest_bucket() < 256 ? " in this build" : "");
 
     if (p->heads_q % p->heads_kv != 0)
         return fa2_fail(FA2_ERROR_HEADS_MISMATCH,

@@ -5,8 +5,10 @@
 #ifndef FA2_DECODE_TILES_H
 #define FA2_DECODE_TILES_H
 
+#include "common/built_buckets.h"
+
 /* X(head_dim_bucket) */
-#define FA2_DECODE_HEAD_DIMS(X) X(64) X(128) X(256)
+#define FA2_DECODE_HEAD_DIMS(X) FA2_BUILT_D64(X(64)) FA2_BUILT_D128(X(128)) FA2_BUILT_D256(X(256))
 
 #define FA2_DECODE_ROWS 16  /* one mma row tile */
 #define FA2_DECODE_WARPS 4

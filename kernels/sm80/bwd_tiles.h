@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "common/built_buckets.h"
+
 /* (d, block_n, block_m, warps, slices, dq_block_m, dq_block_n, dq_warps); each can be
  * overridden for tuning like the forward's (CMake -DFA2_BWD_TILE_D128="..."). */
 #if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
@@ -38,12 +40,12 @@
 #define FA2_APPLY_BWD_TILE(X, tile) X tile
 /* X(d, block_n, block_m, warps, slices, dq_block_m, dq_block_n, dq_warps) */
 #define FA2_BWD_TILES(X)                          \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D32)       \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D64)       \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D96)       \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D128)      \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D192)      \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D256)
+    FA2_BUILT_D32(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D32))                    \
+    FA2_BUILT_D64(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D64))                    \
+    FA2_BUILT_D96(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D96))                    \
+    FA2_BUILT_D128(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D128))                  \
+    FA2_BUILT_D192(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D192))                  \
+    FA2_BUILT_D256(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_D256))
 
 /* Compact tiles for 99 KiB devices (see fwd_tiles.h), for the buckets whose main tiles
  * need more in default (atomic-dQ) mode. Same columns as above. */
@@ -51,8 +53,8 @@
 #define FA2_BWD_TILE_COMPACT_D192 (192, 64, 16, 4, 3, 64, 32, 4)
 
 #define FA2_BWD_COMPACT_TILES(X)                          \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_COMPACT_D128)      \
-    FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_COMPACT_D192)
+    FA2_BUILT_D128(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_COMPACT_D128))          \
+    FA2_BUILT_D192(FA2_APPLY_BWD_TILE(X, FA2_BWD_TILE_COMPACT_D192))
 
 /* Shared memory of the dK/dV kernel: K and V (block_n rows), Q and dO double
  * buffered (block_m rows), LSE and D double buffered (block_m floats). */

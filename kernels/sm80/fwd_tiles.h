@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "common/built_buckets.h"
+
 /* (head_dim_bucket, block_m (Br), block_n (Bc), warps). Each can be overridden at
  * configure time for tuning (CMake -DFA2_TILE_D128="128,64,64,4" writes
  * fa2_tile_overrides.h); planner and kernels always see the same values. */
@@ -35,12 +37,12 @@
 #define FA2_APPLY_TILE(X, tile) X tile
 /* X(head_dim_bucket, block_m, block_n, warps) for every compiled bucket. */
 #define FA2_FWD_TILES(X)                 \
-    FA2_APPLY_TILE(X, FA2_TILE_D32)      \
-    FA2_APPLY_TILE(X, FA2_TILE_D64)      \
-    FA2_APPLY_TILE(X, FA2_TILE_D96)      \
-    FA2_APPLY_TILE(X, FA2_TILE_D128)     \
-    FA2_APPLY_TILE(X, FA2_TILE_D192)     \
-    FA2_APPLY_TILE(X, FA2_TILE_D256)
+    FA2_BUILT_D32(FA2_APPLY_TILE(X, FA2_TILE_D32))                            \
+    FA2_BUILT_D64(FA2_APPLY_TILE(X, FA2_TILE_D64))                            \
+    FA2_BUILT_D96(FA2_APPLY_TILE(X, FA2_TILE_D96))                            \
+    FA2_BUILT_D128(FA2_APPLY_TILE(X, FA2_TILE_D128))                          \
+    FA2_BUILT_D192(FA2_APPLY_TILE(X, FA2_TILE_D192))                          \
+    FA2_BUILT_D256(FA2_APPLY_TILE(X, FA2_TILE_D256))
 
 /* Compact tiles: a second, smaller tile for the buckets whose main tile needs more than
  * 99 KiB of shared memory per block (RTX 30xx/40xx/50xx and other consumer GPUs allow
@@ -49,7 +51,7 @@
 #define FA2_TILE_COMPACT_D256 (256, 64, 32, 4)
 
 /* X(head_dim_bucket, block_m, block_n, warps) for every compact tile. */
-#define FA2_FWD_COMPACT_TILES(X) FA2_APPLY_TILE(X, FA2_TILE_COMPACT_D256)
+#define FA2_FWD_COMPACT_TILES(X) FA2_BUILT_D256(FA2_APPLY_TILE(X, FA2_TILE_COMPACT_D256))
 
 /* Shared-memory row length in elements: the head dim rounded up to 64 (128-byte
  * rows), so that one XOR swizzle makes every ldmatrix conflict-free. */

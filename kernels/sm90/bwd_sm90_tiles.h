@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "common/built_buckets.h"
+
 #include "common/params.h" /* FA2_SM90_CONSTEXPR */
 
 /* (head_dim_bucket, warpgroups, block_m (queries per step), split).
@@ -33,14 +35,15 @@
 #define FA2_APPLY_SM90_BWD_TILE(X, tile) X tile
 /* X(head_dim_bucket, warpgroups, block_m, split) */
 #define FA2_BWD_SM90_TILES(X)                          \
-    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64)  \
-    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128) \
-    FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256)
+    FA2_BUILT_D64(FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64))          \
+    FA2_BUILT_D128(FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128))        \
+    FA2_BUILT_D256(FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256))
 
 /* 1 when the bucket's row is split (0 when it has none). Split rows compute dQ in the
  * Hopper dQ kernel, without atomics, in both modes. */
 static inline int fa2_bwd_sm90_split(int64_t head_dim_bucket)
 {
+    (void)head_dim_bucket; /* a build without the Hopper buckets has no row */
 #define FA2_BWD_SM90_SPLIT_OF(d, wg, bm, split) \
     if (head_dim_bucket == d) return split;
     FA2_BWD_SM90_TILES(FA2_BWD_SM90_SPLIT_OF)

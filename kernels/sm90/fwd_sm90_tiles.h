@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "common/built_buckets.h"
 #include "common/params.h"
 
 /* (head_dim_bucket, warpgroups (Br = 64 per warpgroup), block_n (Bc)); each can be
@@ -30,9 +31,9 @@
 #define FA2_APPLY_SM90_TILE(X, tile) X tile
 /* X(head_dim_bucket, warpgroups, block_n) */
 #define FA2_FWD_SM90_TILES(X)                      \
-    FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D64)      \
-    FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D128)     \
-    FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D256)
+    FA2_BUILT_D64(FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D64))                  \
+    FA2_BUILT_D128(FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D128))                \
+    FA2_BUILT_D256(FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D256))
 
 /* Shared memory: Q (Br rows), two K buffers and one V buffer (Bc rows each), plus
  * 1 KiB to align the tiles to wgmma's 1024-byte swizzle atoms. */

@@ -1,11 +1,10 @@
-/* FUZZ-ONLY SHIM — test code, never part of libfa2.
+/* TEST-ONLY SHIM (fuzz_plan, test_built_buckets): test code, never part of libfa2.
  *
  * Stands in for the kernel launchers (kernels/fwd_launch.cu, bwd_launch.cu,
- * cache_write.cu, combine.cu) and
- * the CUDA runtime calls the host sources make (src/device.c, run_checks.c,
- * forward.c, backward.c, varlen_check.c), so that fuzz_plan links the real host C code without a GPU, nvcc
- * objects or libcudart. The harness sets what the fakes return and reads back what
- * the launchers were given (fuzz_shim.h). */
+ * cache_write.cu, combine.cu) and the CUDA runtime calls the host sources make
+ * (src/device.c, run_checks.c, forward.c, backward.c, varlen_check.c), so that the
+ * real host C code links without a GPU, nvcc objects or libcudart. The harness sets
+ * what the fakes return and reads back what the launchers were given (fuzz_shim.h). */
 #include <string.h>
 
 #include <cuda_runtime_api.h>

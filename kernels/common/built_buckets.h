@@ -1,0 +1,22 @@
+/* Which head-dim buckets this build compiled. Every row of the tile tables (and of the
+ * decode kernel's list) is wrapped in FA2_BUILT_D<bucket>(...), which keeps the row in a
+ * build that compiles the bucket and drops it otherwise, so the planner and the
+ * launchers see the same rows: a head dim runs in the smallest compiled bucket that holds
+ * it, and one above every compiled bucket is refused. The default build compiles every
+ * bucket; CMake's FA2_HEAD_DIMS option (docs/building.md) generates
+ * fa2_built_buckets.h with the subset. C and CUDA alike. */
+#ifndef FA2_BUILT_BUCKETS_H
+#define FA2_BUILT_BUCKETS_H
+
+#if defined(FA2_BUILT_BUCKETS)
+#include "fa2_built_buckets.h"
+#else
+#define FA2_BUILT_D32(...) __VA_ARGS__
+#define FA2_BUILT_D64(...) __VA_ARGS__
+#define FA2_BUILT_D96(...) __VA_ARGS__
+#define FA2_BUILT_D128(...) __VA_ARGS__
+#define FA2_BUILT_D192(...) __VA_ARGS__
+#define FA2_BUILT_D256(...) __VA_ARGS__
+#endif
+
+#endif

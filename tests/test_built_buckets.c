@@ -1,0 +1,77 @@
+/* The planner of a build that compiles some head-dim buckets only (CMake's FA2_HEAD_DIMS):
+ * this test is the host code of libfa2 compiled with a generated fa2_built_buckets.h that
+ * keeps buckets 64 and 128 (tests/CMakeLists.txt), no kernels. A head dim runs in the
+ * smallest compiled bucket that holds it, every family takes only compiled rows, and
+ * one above them all is refused, naming the build's limit. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fa2.h"
+
+static fa2_device_info_t device(int major, int64_t smem)
+{
+    fa2_device_info_t d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.cc_major = major;
+    d.cc_minor = 0;
+    d.sm_count = 132;
+    d.smem_per_block_optin = smem;
+    d.smem_per_sm = smem + 1024;
+    return d;
+}
+
+static fa2_status_t plan_head_dim(int64_t head_dim, int64_t seqlen_q, const fa2_device_info_t *d,
+                                  fa2_plan_t *plan)
+{
+    fa2_problem_t p;
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 2, seqlen_q, 1024, 8, 2, head_dim);
+    return fa2_plan(&p, d, plan);
+}
+
+static void head_dims_run_in_compiled_buckets(void **state)
+{
+    (void)state;
+    const fa2_device_info_t devices[] = {device(9, 232448), device(8, 166912)};
+    const int64_t head_dims[] = {8, 32, 64, 72, 96, 128};
+    const int32_t buckets[] = {64, 64, 64, 128, 128, 128};
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; ++i) {
+        for (size_t j = 0; j < sizeof head_dims / sizeof head_dims[0]; ++j) {
+            for (int64_t seqlen_q = 1; seqlen_q <= 1024; seqlen_q *= 1024) { /* decode, prefill */
+                fa2_plan_t plan;
+                assert_int_equal(plan_head_dim(head_dims[j], seqlen_q, &devices[i], &plan),
+                                 FA2_SUCCESS);
+                assert_int_equal(plan.head_dim_bucket, buckets[j]);
+            }
+        }
+    }
+}
+
+static void head_dims_above_the_build_are_refused(void **state)
+{
+    (void)state;
+    const fa2_device_info_t h100 = device(9, 232448);
+    const int64_t refused[] = {136, 192, 256};
+    for (size_t j = 0; j < sizeof refused / sizeof refused[0]; ++j) {
+        fa2_plan_t plan;
+        memset(&plan, 0x5a, sizeof plan);
+        assert_int_equal(plan_head_dim(refused[j], 1024, &h100, &plan),
+                         FA2_ERROR_UNSUPPORTED_HEAD_DIM);
+        assert_non_null(strstr(fa2_last_error(), "from 8 to 128 in this build"));
+        assert_int_equal(((const unsigned char *)&plan)[0], 0x5a); /* untouched */
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(head_dims_run_in_compiled_buckets),
+        cmocka_unit_test(head_dims_above_the_build_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,6 +1,8 @@
 # Packaging and FFI tests, registered with ctest from the root (no cmocka needed):
 #   fa2_exports        (cpu) libfa2.so exports only fa2_* symbols, libfa2.a defines the same
 #   fa2_python_ffi     (cpu) the ctypes binding's error paths, no GPU needed
+#   fa2_python_call_cache (cpu) the call cache on CPU tensors, launches recorded; skips
+#                            (exit 77) without torch
 #   fa2_python_gpu     (gpu) the binding vs torch SDPA, forward and gradients; skips
 #                            (exit 77) without torch or a CUDA device
 #   fa2_flash_attn_interface_gpu (gpu) flash-attn's documented call forms against a
@@ -16,13 +18,13 @@ set_tests_properties(fa2_exports PROPERTIES LABELS cpu)
 
 find_program(FA2_PYTHON3 NAMES python3 DOC "Python 3 for the ctypes binding's tests")
 if(FA2_PYTHON3)
-  foreach(t IN ITEMS python_ffi python_gpu flash_attn_interface_gpu api_docs)
+  foreach(t IN ITEMS python_ffi python_call_cache python_gpu flash_attn_interface_gpu api_docs)
     add_test(NAME fa2_${t} COMMAND ${FA2_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/test_${t}.py)
     set_tests_properties(fa2_${t} PROPERTIES
       ENVIRONMENT "FA2_LIBRARY=$<TARGET_FILE:fa2>;PYTHONDONTWRITEBYTECODE=1"
       SKIP_RETURN_CODE 77)
   endforeach()
-  set_tests_properties(fa2_python_ffi fa2_api_docs PROPERTIES LABELS cpu)
+  set_tests_properties(fa2_python_ffi fa2_python_call_cache fa2_api_docs PROPERTIES LABELS cpu)
   set_tests_properties(fa2_flash_attn_interface_gpu PROPERTIES LABELS gpu)
   add_test(NAME fa2_wgmma_ops_generated
     COMMAND ${CMAKE_COMMAND} -DPYTHON=${FA2_PYTHON3} -DSRC=${PROJECT_SOURCE_DIR}

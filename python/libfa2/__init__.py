@@ -35,7 +35,8 @@ MIT License, see LICENSE.
 The package, by role: _cdefs (the C API's constants and struct mirrors), errors (the
 exceptions), _library (finding and loading libfa2.so), plans (problems and plans on raw
 pointers), ops (torch tensors: forward, backward, autograd, packed and paged batches,
-combine), flash_attn_interface (flash-attn's names and signatures). `python -m libfa2`
+combine), _calls (the per-signature call cache that repeated calls take),
+flash_attn_interface (flash-attn's names and signatures). `python -m libfa2`
 checks an installation.
 """
 from . import _cdefs, errors

@@ -150,6 +150,35 @@ class CallCache(unittest.TestCase):
             fa2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens.long(),
                                         block_table=table)
 
+    def test_varlen_without_autograd_is_cached(self):
+        q, k, v = (torch.randn(100, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+        cu = torch.tensor([0, 30, 100], dtype=torch.int32)
+        for _ in range(2):
+            o, lse = fa2.flash_attn_varlen_func(q, k, v, cu, cu, 70, 70, return_lse=True)
+        self.assertEqual(len(_calls._cache), 1)
+        function, pointers = launched[-1]
+        self.assertEqual(function, "fa2_forward_varlen")
+        self.assertEqual(pointers[:7], (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                        o.data_ptr(), lse.data_ptr(), cu.data_ptr(),
+                                        cu.data_ptr()))
+        self.assertEqual(tuple(lse.shape), (4, 100))
+        with self.assertRaisesRegex(fa2.Fa2ShapeError, "cu_seqlens_k"):
+            fa2.flash_attn_varlen_func(q, k, v, cu, cu.long(), 70, 70)
+        # autograd: the custom op (recorded here), not the cache
+        custom_ops = flash_attn_interface._custom_ops
+
+        class Ops:
+            def varlen_fwd(self, q, *args):
+                launched.append(("libfa2::varlen_fwd", ()))
+                return torch.zeros_like(q), torch.zeros(q.shape[1], q.shape[0])
+        flash_attn_interface._custom_ops = Ops
+        try:
+            fa2.flash_attn_varlen_func(q.clone().requires_grad_(), k, v, cu, cu, 70, 70)
+        finally:
+            flash_attn_interface._custom_ops = custom_ops
+        self.assertEqual(launched[-1][0], "libfa2::varlen_fwd")
+        self.assertEqual(len(_calls._cache), 1)
+
 
 if __name__ == "__main__":
     accept_cpu_tensors()

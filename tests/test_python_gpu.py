@@ -608,7 +608,11 @@ def cache_key_cases():
     table = torch.randperm(9, device="cuda")[:8].view(b * 2, 4).to(torch.int32)
     lens = torch.tensor([1, 100, 256, 17], dtype=torch.int32, device="cuda")
     qd = torch.randn(b * 2, 1, 8, d, device="cuda", dtype=bf)
+    q3, k3, v3 = (torch.randn(100, h, d, device="cuda", dtype=bf) for _ in range(3))
+    cu = torch.tensor([0, 30, 100], dtype=torch.int32, device="cuda")
     for label, fn in (
+            ("flash_attn_varlen_func", lambda: fa2.flash_attn_varlen_func(
+                q3, k3, v3, cu, cu, 70, 70, causal=True, return_lse=True)),
             ("forward", lambda: fa2.forward(q, k, v, causal=True, return_lse=True)),
             ("forward softcap+alibi+sinks", lambda: fa2.forward(
                 q, k, v, softcap=20.0, alibi_slopes=slopes, sinks=sinks, return_lse=True)),

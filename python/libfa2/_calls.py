@@ -252,18 +252,19 @@ class BackwardCall:
         return tuple(grads) + (() if dsinks is None else (dsinks,))
 
 
-class PagedCall:
-    """A checked paged forward (flash_attn_with_kvcache without new rows): O in q's
-    shape, the LSE [heads_q, total_q] when returned, the workspace, then one
-    fa2_forward_varlen (fa2_forward_with with the score variants' tensors). The offsets,
-    and the page table and key counts when the call does not pass them, are the cached
-    constant tensors the first call made."""
+class PackedCall:
+    """A checked packed or paged forward (flash_attn_varlen_func without autograd,
+    flash_attn_with_kvcache without new rows): O (new in q's shape, or given), the LSE
+    [heads_q, total_q] when returned, the workspace, then one fa2_forward_varlen
+    (fa2_forward_with with the score variants' tensors). Offsets, a page table or key
+    counts the call does not pass are the constant tensors cached at the first call
+    (`defaults`: cu_seqlens_q, seqused_k, page_table)."""
 
-    def __init__(self, plan, q, lse_shape, offsets, table, seqused, variants, spans_):
+    def __init__(self, plan, q, lse_shape, defaults, variants, spans_):
         self.spans = spans_
         self.o_shape, self.dtype, self.device = q.shape, q.dtype, q.device
         self.lse_shape = lse_shape
-        self.offsets, self.table, self.seqused = offsets, table, seqused
+        self.defaults = defaults
         self.variants = variants
         self.workspace_bytes = int(plan.workspace_bytes)
         self.launch = Launch(plan.lib, plan, "fa2_forward_with" if variants
@@ -273,25 +274,30 @@ class PagedCall:
             self.args = ForwardArgs()
             plan.lib.cdll.fa2_forward_args_init(ctypes.byref(self.args))
 
-    def run(self, q, k_cache, v_cache, table, seqused, alibi_slopes, sinks):
+    def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes,
+            sinks, out=None):
         torch = sys.modules["torch"]
-        table = self.table if table is None else table
-        seqused = self.seqused if seqused is None else seqused
-        out = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
+        cu_q, used, table = self.defaults
+        cu_seqlens_q = cu_q if cu_seqlens_q is None else cu_seqlens_q
+        seqused_k = used if seqused_k is None else seqused_k
+        page_table = table if page_table is None else page_table
+        if out is None:
+            out = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
         lse = None if self.lse_shape is None else \
             torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
         n = self.workspace_bytes
         workspace = torch.empty(n, dtype=torch.uint8, device=self.device) if n else None
         if not self.variants:
-            self.launch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
-                        pointer(lse), self.offsets.data_ptr(), 0, seqused.data_ptr(),
-                        table.data_ptr(), pointer(workspace), n)
+            self.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), pointer(lse),
+                        cu_seqlens_q.data_ptr(), pointer(cu_seqlens_k), pointer(seqused_k),
+                        pointer(page_table), pointer(workspace), n)
         else:
             args = type(self.args).from_buffer_copy(self.args)
-            args.q, args.k, args.v, args.o = (q.data_ptr(), k_cache.data_ptr(),
-                                              v_cache.data_ptr(), out.data_ptr())
-            args.lse, args.cu_seqlens_q = pointer(lse), self.offsets.data_ptr()
-            args.seqused_k, args.page_table = seqused.data_ptr(), table.data_ptr()
+            args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), \
+                out.data_ptr()
+            args.lse, args.cu_seqlens_q = pointer(lse), cu_seqlens_q.data_ptr()
+            args.cu_seqlens_k, args.seqused_k = pointer(cu_seqlens_k), pointer(seqused_k)
+            args.page_table = pointer(page_table)
             args.alibi_slopes, args.sinks = pointer(alibi_slopes), pointer(sinks)
             args.workspace, args.workspace_bytes = pointer(workspace), n
             self.launch.with_args(args)

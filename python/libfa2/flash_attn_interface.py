@@ -11,10 +11,10 @@ sets the right edge to 0); the C API keeps its own strict checks.
 from . import _calls
 from ._cdefs import MAX_WINDOW
 from ._library import _lock
-from ._tensors import _check_score_tensors, _check_tensors, _torch
+from ._tensors import _check_score_tensors, _check_tensors, _torch, alibi_stride
 from .errors import Fa2ShapeError
-from .ops import (_check_offsets, _custom_ops, _varlen_forward, attention_with_lse,
-                  cache_write, paged_forward, paged_plan)
+from .ops import (_check_offsets, _custom_ops, _varlen_forward, _varlen_plan,
+                  attention_with_lse, cache_write, paged_forward, paged_plan)
 
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
@@ -144,7 +144,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_k[b] rows (forward only: no autograd). libfa2's keyword-only extras:
     seqused_k (int32 [batch], the keys each sequence uses), out (written in place; not
     with autograd), return_lse (out, lse), sinks (float32 [heads_q])."""
-    _refuse("flash_attn_varlen_func", dropout_p)
+    if dropout_p:
+        _refuse("flash_attn_varlen_func", dropout_p)
+    # A repeated call without autograd or pages: the cached call (docs/ffi.md).
+    key = None
+    if block_table is None:
+        tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, sinks, out)
+        sigs = _calls.signatures(tensors)
+        if sigs is not None and sigs[0] != () and not _tracked(q, k, v, sinks):
+            key = ("varlen", sigs, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                   window_size, softcap, deterministic, return_attn_probs, return_lse)
+            call = _calls.lookup(key)
+            if call is not None and _calls.storages_hold(call.spans, tensors):
+                o, lse = call.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None,
+                                  alibi_slopes, sinks, out)
+                return (o, lse) if return_lse else _probs(o, lse, return_attn_probs)
     torch = _torch()
     for n, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != (4 if n != "q" and block_table
@@ -192,13 +206,23 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                   int(max_seqlen_q), int(max_seqlen_k), causal)
         options = (None if softmax_scale is None else float(softmax_scale),
                    bool(deterministic), float(softcap), alibi_slopes, sinks)
-        tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                                  for t in (q, k, v, sinks))
+        tracked = _tracked(q, k, v, sinks)
         if out is not None and tracked:
             raise Fa2ShapeError("flash_attn_varlen_func: out= writes in place, which "
                                 "autograd cannot track: use it under torch.no_grad()")
         if tracked or torch.compiler.is_compiling():
             o, lse = _custom_ops().varlen_fwd(*common, left, right, *options)
+        elif key is not None and d == q.shape[-1] and k.shape[0] > 0 and \
+                q.stride(-1) == k.stride(-1) == v.stride(-1) == 1:
+            returns_lse = bool(return_lse) or bool(return_attn_probs)
+            call = _calls.store(key, _calls.PackedCall(
+                _varlen_plan(q, k, v, batch, int(max_seqlen_q), int(max_seqlen_k), causal,
+                             (left, right), options[0], options[1], options[2],
+                             alibi_stride(alibi_slopes), sinks is not None, o3=out),
+                q, (q.shape[1], q.shape[0]) if returns_lse else None, (None, None, None),
+                alibi_slopes is not None or sinks is not None, _calls.spans(q, k, v, out)))
+            o, lse = call.run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None,
+                              alibi_slopes, sinks, out)
         else:
             o, lse = _varlen_forward(*common, (left, right), *options, out=out)
     if d != o.shape[-1]:
@@ -238,6 +262,15 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                   max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                                   window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs)
+
+
+def _tracked(q, k, v, sinks):
+    """Whether autograd records this call: grad mode on and an input that needs a
+    gradient."""
+    torch = _torch()
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
+                                        v.requires_grad or
+                                        (sinks is not None and sinks.requires_grad))
 
 
 def _check_varlen_out(out, q):
@@ -331,13 +364,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         p = paged_plan(q3, k_cache, v_cache, table, seqlen_q, capacity, causal=causal,
                        window=(left, right), softmax_scale=softmax_scale, softcap=softcap,
                        alibi_slopes=alibi_slopes, sinks=sinks, num_splits=num_splits)
-        call = _calls.store(key, _calls.PagedCall(
+        call = _calls.store(key, _calls.PackedCall(
             p, q, (q.shape[2], batch * seqlen_q) if return_softmax_lse else None,
-            _uniform_offsets(batch, seqlen_q, q.device),
-            table if block_table is None and cache_batch_idx is None else None,
-            seqused if cache_seqlens is None else None,
-            alibi_slopes is not None or sinks is not None,
-            _calls.spans(q, k_cache, v_cache)))
+            (_uniform_offsets(batch, seqlen_q, q.device), seqused if cache_seqlens is None
+             else None, table if block_table is None and cache_batch_idx is None else None),
+            alibi_slopes is not None or sinks is not None, _calls.spans(q, k_cache, v_cache)))
         return _kvcache_result(call, q, k_cache, v_cache, block_table, cache_batch_idx,
                                cache_seqlens, alibi_slopes, sinks)
     # a head dim that is not a multiple of 8: padded copies of q and the caches
@@ -357,10 +388,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
 def _kvcache_result(call, q, k_cache, v_cache, block_table, cache_batch_idx, cache_seqlens,
                     alibi_slopes, sinks):
-    """Runs a cached PagedCall: out like q, and with the LSE flash-attn's [batch, heads_q,
+    """Runs a cached PackedCall: out like q, and with the LSE flash-attn's [batch, heads_q,
     seqlen_q]."""
     table = block_table if block_table is not None else cache_batch_idx
-    o, lse = call.run(q, k_cache, v_cache, table, cache_seqlens, alibi_slopes, sinks)
+    o, lse = call.run(q, k_cache, v_cache, None, None, cache_seqlens, table, alibi_slopes,
+                      sinks)
     if lse is None:
         return o
     return o, lse.view(q.shape[2], q.shape[0], q.shape[1]).transpose(0, 1).contiguous()

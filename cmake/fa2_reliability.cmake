@@ -23,7 +23,8 @@ if(FA2_SANITIZE)
   execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
                   OUTPUT_VARIABLE FA2_LIBASAN OUTPUT_STRIP_TRAILING_WHITESPACE)
   function(fa2_sanitize_preload_tests)
-    foreach(t IN ITEMS fa2_python_ffi fa2_python_gpu)
+    foreach(t IN ITEMS fa2_python_ffi fa2_python_call_cache fa2_python_gpu
+                       fa2_flash_attn_interface_gpu)
       if(TEST ${t})
         set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT
                      "LD_PRELOAD=${FA2_LIBASAN}" "ASAN_OPTIONS=detect_leaks=0")

@@ -666,6 +666,7 @@ def cache_key_cases():
                       "which holds 1024", lambda: fa2.backward(d_shrunk, q, k, v, o, lse),
                       [q, k, v, o, lse])
     # kvcache: int64 lengths after int32, a table of one page too few
+    fa2.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lens, block_table=table)
     for label, fragment, kw in (
             ("cache_seqlens int64", "cache_seqlens", dict(cache_seqlens=lens.long(),
                                                           block_table=table)),

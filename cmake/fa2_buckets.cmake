@@ -47,9 +47,21 @@ if(NOT FA2_DECODE_HEAD_DIMS)
   message(FATAL_ERROR "no FA2_DECODE_HEAD_DIMS in kernels/decode/decode_tiles.h")
 endif()
 
+# kernels/common/built_buckets.h lists the full build's buckets for the planner: the
+# same as the tile table's.
+file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/kernels/common/built_buckets.h fa2_all_line
+     REGEX "^#define FA2_ALL_HEAD_DIM_BUCKETS\\(X\\)")
+string(REGEX MATCHALL "X\\(([0-9]+)\\)" fa2_all_items "${fa2_all_line}")
+string(REGEX REPLACE "X\\(([0-9]+)\\)" "\\1" fa2_all_buckets "${fa2_all_items}")
+if(NOT fa2_all_buckets STREQUAL FA2_HEAD_DIM_BUCKETS)
+  message(FATAL_ERROR "kernels/common/built_buckets.h lists buckets (${fa2_all_buckets}), "
+                      "kernels/sm80/fwd_tiles.h has (${FA2_HEAD_DIM_BUCKETS})")
+endif()
+
 # FA2_HEAD_DIMS: an engine that needs only some head dims builds only their buckets
-# (the kernels of every family for them, nothing else). A head dim then runs in the
-# smallest compiled bucket that holds it, and fa2_plan refuses one above them all.
+# (the kernels of every family for them, nothing else). A head dim runs in the bucket
+# the full build gives it, or fa2_plan refuses it, so a build of some buckets runs only
+# kernels the full build runs for the same head dims.
 # kernels/common/built_buckets.h reads the generated fa2_built_buckets.h.
 set(FA2_HEAD_DIMS "" CACHE STRING
     "Head-dim buckets to compile, e.g. \"64;128\" (empty: all of ${FA2_HEAD_DIM_BUCKETS})")

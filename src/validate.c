@@ -8,26 +8,32 @@
 #include "sm80/fwd_tiles.h"
 #include "internal.h"
 
-int fa2_head_dim_bucket(int64_t head_dim)
+/* The full build's bucket for head_dim: the smallest that holds it (0: none). */
+static int full_build_bucket(int64_t head_dim)
 {
-    int best = 0;
-#define FA2_X(bucket, bm, bn, w)                                          \
-    if (head_dim <= (bucket) && (best == 0 || (bucket) < best))           \
-        best = (bucket);
-    FA2_FWD_TILES(FA2_X)
+#define FA2_X(bucket)          \
+    if (head_dim <= (bucket)) \
+        return (bucket);
+    FA2_ALL_HEAD_DIM_BUCKETS(FA2_X)
 #undef FA2_X
-    return best;
+    return 0;
 }
 
-/* The largest head dim this build compiles (256 unless CMake's FA2_HEAD_DIMS leaves the
- * top buckets out). */
-static int largest_bucket(void)
+/* Whether this build compiled `bucket` (CMake's FA2_HEAD_DIMS). */
+static int bucket_built(int bucket)
 {
-    int largest = 0;
-#define FA2_X(bucket, bm, bn, w) largest = (bucket) > largest ? (bucket) : largest;
+#define FA2_X(b, bm, bn, w) \
+    if (bucket == (b))      \
+        return 1;
     FA2_FWD_TILES(FA2_X)
 #undef FA2_X
-    return largest;
+    return 0;
+}
+
+int fa2_head_dim_bucket(int64_t head_dim)
+{
+    const int bucket = full_build_bucket(head_dim);
+    return bucket_built(bucket) ? bucket : 0;
 }
 
 /* One row of the mma.sync tile tables, as a fa2_fwd_tile_t (in the two functions
@@ -255,11 +261,15 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
         return s;
 
     if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0 ||
-        fa2_head_dim_bucket(p->head_dim) == 0)
+        full_build_bucket(p->head_dim) == 0)
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
-                        "head_dim=%" PRId64 " is not supported (multiples of 8 from 8 to %d%s)",
-                        p->head_dim, largest_bucket(),
-                        largest_bucket() < 256 ? " in this build" : "");
+                        "head_dim=%" PRId64 " is not supported (multiples of 8 from 8 to 256)",
+                        p->head_dim);
+    if (fa2_head_dim_bucket(p->head_dim) == 0)
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
+                        "head_dim=%" PRId64 " runs in the head_dim=%d kernels, which this build "
+                        "does not compile (CMake FA2_HEAD_DIMS)",
+                        p->head_dim, full_build_bucket(p->head_dim));
 
     if (p->heads_q % p->heads_kv != 0)
         return fa2_fail(FA2_ERROR_HEADS_MISMATCH,

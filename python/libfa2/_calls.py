@@ -89,19 +89,12 @@ def clear():
         _cache.clear()
 
 
-def storage_span(t):
-    """Bytes from t's first element to one past the last one its strides reach (0 for
-    no element)."""
-    if t.numel() == 0:
-        return 0
-    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
-
-
 def spans(*tensors):
-    """(tensor index, span) for each given tensor with elements: what storages_hold
-    checks per call."""
-    return tuple((i, storage_span(t)) for i, t in enumerate(tensors)
-                 if t is not None and t.numel())
+    """(tensor index, bytes its strides reach) for each given tensor with elements: what
+    storages_hold checks per call."""
+    from ._tensors import _extent
+    return tuple((i, _extent(t.shape, t.stride()) * t.element_size())
+                 for i, t in enumerate(tensors) if t is not None and t.numel())
 
 
 def storages_hold(spans_, tensors):
@@ -127,30 +120,33 @@ class Launch:
         self.index = device.index
 
     def __call__(self, *pointers):
-        """Calls the C function on (plan, *pointers, stream of the device), switching
-        the current device only when it differs."""
-        torch = sys.modules["torch"]
-        if torch._C._cuda_getDevice() == self.index:
-            status = self.c_function(self.plan_ref, *pointers,
-                                     torch._C._cuda_getCurrentRawStream(self.index))
-        else:
-            with torch.cuda.device(self.index):
-                status = self.c_function(self.plan_ref, *pointers,
-                                         torch._C._cuda_getCurrentRawStream(self.index))
-        if status:
-            self.lib.check(status, self.function)
+        """Calls the C function on (plan, *pointers, the device's current stream)."""
+        self._on_device(lambda stream: self.c_function(self.plan_ref, *pointers, stream))
 
     def with_args(self, args):
         """Calls fa2_forward_with / fa2_backward_with on an args struct whose stream is
         filled here."""
+        def call(stream):
+            args.stream = stream
+            return self.c_function(self.plan_ref, ctypes.byref(args))
+        self._on_device(call)
+
+    def args_template(self, mirror):
+        """A ForwardArgs or BackwardArgs as the library's init fills it, for calls to copy."""
+        args = mirror()
+        getattr(self.lib.cdll, self.function.replace("_with", "_args_init"))(
+            ctypes.byref(args))
+        return args
+
+    def _on_device(self, call):
+        """call(stream) on the tensors' device, switched to only when it is not the
+        current one; a non-zero status raised."""
         torch = sys.modules["torch"]
         if torch._C._cuda_getDevice() == self.index:
-            args.stream = torch._C._cuda_getCurrentRawStream(self.index)
-            status = self.c_function(self.plan_ref, ctypes.byref(args))
+            status = call(torch._C._cuda_getCurrentRawStream(self.index))
         else:
             with torch.cuda.device(self.index):
-                args.stream = torch._C._cuda_getCurrentRawStream(self.index)
-                status = self.c_function(self.plan_ref, ctypes.byref(args))
+                status = call(torch._C._cuda_getCurrentRawStream(self.index))
         if status:
             self.lib.check(status, self.function)
 
@@ -177,8 +173,7 @@ class ForwardCall:
                              q.device)
         if variants:
             from ._cdefs import ForwardArgs
-            self.args = ForwardArgs()
-            plan.lib.cdll.fa2_forward_args_init(ctypes.byref(self.args))
+            self.args = self.launch.args_template(ForwardArgs)
 
     def run(self, q, k, v, out, lse, alibi_slopes, sinks):
         torch = sys.modules["torch"]
@@ -219,8 +214,7 @@ class BackwardCall:
                              else "fa2_backward", device)
         if variants:
             from ._cdefs import BackwardArgs
-            self.args = BackwardArgs()
-            plan.lib.cdll.fa2_backward_args_init(ctypes.byref(self.args))
+            self.args = self.launch.args_template(BackwardArgs)
 
     def run(self, d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks):
         torch = sys.modules["torch"]
@@ -271,8 +265,7 @@ class PackedCall:
                              else "fa2_forward_varlen", q.device)
         if variants:
             from ._cdefs import ForwardArgs
-            self.args = ForwardArgs()
-            plan.lib.cdll.fa2_forward_args_init(ctypes.byref(self.args))
+            self.args = self.launch.args_template(ForwardArgs)
 
     def run(self, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes,
             sinks, out=None):

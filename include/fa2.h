@@ -321,6 +321,30 @@ typedef enum fa2_tile_rule_t {
     FA2_RULE_KERNEL_TILE = 4    /* capped at the compiled kernel's tile (registers, warps) */
 } fa2_tile_rule_t;
 
+/* The forward kernel a plan runs (plan->fwd_kernel). fa2_forward launches exactly this
+ * one; nothing is chosen again at the call. */
+typedef enum fa2_fwd_kernel_t {
+    FA2_FWD_KERNEL_MMA = 1,              /* mma.sync (every device), the bucket's main tile */
+    FA2_FWD_KERNEL_MMA_COMPACT = 2,      /* mma.sync, the bucket's smaller tile, for devices
+                                            with less shared memory */
+    FA2_FWD_KERNEL_WGMMA = 3,            /* Hopper wgmma, K and V by TMA (dense or packed) */
+    FA2_FWD_KERNEL_WGMMA_PAGED_TMA = 4,  /* Hopper wgmma, pages by TMA boxes of
+                                            plan->page_box_rows rows */
+    FA2_FWD_KERNEL_WGMMA_PAGED_COPY = 5, /* Hopper wgmma, pages by cp.async */
+    FA2_FWD_KERNEL_WGMMA_PRODUCER = 6,   /* Hopper wgmma, a producer warpgroup loading K and V
+                                            for two math warpgroups (dense or paged) */
+    FA2_FWD_KERNEL_DECODE = 7            /* few query rows per kv head: the decode kernel,
+                                            plan->decode_splits splits */
+} fa2_fwd_kernel_t;
+
+/* The score code compiled into the forward kernel a plan runs (plan->fwd_scores). */
+typedef enum fa2_fwd_scores_t {
+    FA2_SCORES_PLAIN = 0,           /* no softcap, no ALiBi (sinks need no score code) */
+    FA2_SCORES_BOUNDED_SOFTCAP = 1, /* Hopper, bf16 softcap <= 50 without ALiBi: a fixed
+                                       offset instead of a running maximum */
+    FA2_SCORES_GENERAL = 2          /* softcap and/or ALiBi */
+} fa2_fwd_scores_t;
+
 typedef struct fa2_plan_t {
     size_t struct_size;          /* sizeof(fa2_plan_t), written by fa2_plan */
     fa2_problem_t problem;       /* validated copy, softmax_scale resolved */
@@ -364,7 +388,17 @@ typedef struct fa2_plan_t {
                                     sequence's keys in n splits merged after (n > 1 needs
                                     the workspace). grid_blocks and smem_bytes are then
                                     the decode kernel's */
-    int32_t reserved2;           /* zero */
+    int32_t fwd_kernel;          /* fa2_fwd_kernel_t: the forward kernel that runs */
+    int32_t fwd_scores;          /* fa2_fwd_scores_t: its score code */
+    int32_t page_box_rows;       /* FA2_FWD_KERNEL_WGMMA_PAGED_TMA: rows per TMA box, else 0 */
+    int32_t decode_stages;       /* FA2_FWD_KERNEL_DECODE: K/V tiles in flight per warp */
+    int32_t decode_split_tiles;  /* FA2_FWD_KERNEL_DECODE: key tiles per split in
+                                    batch-invariant mode, else 0 (each sequence's tiles
+                                    divided evenly over the splits) */
+    int64_t split_rows;          /* decode_splits > 1: the workspace holds the splits'
+                                    fp32 LSE [decode_splits, heads_q, split_rows] from byte */
+    int64_t split_lse_offset;    /* split_lse_offset and their fp32 O [decode_splits, */
+    int64_t split_o_offset;      /* split_rows, heads_q, head_dim] from split_o_offset */
     fa2_device_info_t device;    /* the device the plan was made for (a copy) */
 } fa2_plan_t;
 

@@ -1,5 +1,5 @@
-// The one C boundary between src/ and the kernels: picks the compiled forward
-// kernel for the plan's head-dim bucket, dtype and kernel family.
+// The one C boundary between src/ and the kernels: launches the forward kernel the plan
+// named (p->fwd_kernel) for its head-dim bucket and dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,41 +24,57 @@ static cudaError_t decode_launch(const fa2_params_t *p, cudaStream_t s)
     }
 }
 
+// The mma.sync kernel of the bucket's main (kCompact 0) or compact tile.
+template <int kCompact>
+static cudaError_t mma_launch(const fa2_params_t *p, cudaStream_t s)
+{
+    (void)s;  // a build without the compact tiles' buckets has no row
+#define FA2_FWD_CASE(d)                                                                  \
+    if (p->head_dim_bucket == d)                                                         \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_run<__nv_bfloat16, d, kCompact>(*p, s) \
+                                          : fa2::fwd_run<__half, d, kCompact>(*p, s);
+#define FA2_FWD_ROW(d, m, n, w) FA2_FWD_CASE(d)
+    if constexpr (kCompact) {
+        FA2_FWD_COMPACT_TILES(FA2_FWD_ROW)
+    } else {
+        FA2_FWD_TILES(FA2_FWD_ROW)
+    }
+#undef FA2_FWD_ROW
+#undef FA2_FWD_CASE
+    return cudaErrorInvalidValue;
+}
+
 extern "C" int fa2_fwd_launch(const fa2_params_t *p, void *stream)
 {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p->decode_splits > 0) {  // the plan chose the decode kernel and its depth
+    switch (p->fwd_kernel) {
+    case FA2_FWD_KERNEL_DECODE:
 #define FA2_DECODE_DEPTH_CASE(n) \
     if (p->decode_stages == n) return decode_launch<n>(p, s);
         FA2_DECODE_STAGE_COUNTS(FA2_DECODE_DEPTH_CASE)
 #undef FA2_DECODE_DEPTH_CASE
         return cudaErrorInvalidValue;
-    }
+    case FA2_FWD_KERNEL_MMA:
+        return mma_launch<0>(p, s);
+    case FA2_FWD_KERNEL_MMA_COMPACT:
+        return mma_launch<1>(p, s);
 #if defined(FA2_WITH_SM90A)
-    if (p->kernel_family == 90) {
+    case FA2_FWD_KERNEL_WGMMA:
+    case FA2_FWD_KERNEL_WGMMA_PAGED_TMA:
+    case FA2_FWD_KERNEL_WGMMA_PAGED_COPY:
+    case FA2_FWD_KERNEL_WGMMA_PRODUCER:
         switch (p->head_dim_bucket) {
-#define FA2_FWD_SM90_CASE(d, wg, n)                                          \
-    case d:                                                                  \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_sm90_run<__nv_bfloat16, d>(*p, s)      \
-                          : fa2::fwd_sm90_run<__half, d>(*p, s);
+#define FA2_FWD_SM90_CASE(d, wg, n)                                                     \
+    case d:                                                                             \
+        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_sm90_run<__nv_bfloat16, d>(*p, s) \
+                                          : fa2::fwd_sm90_run<__half, d>(*p, s);
             FA2_FWD_SM90_TILES(FA2_FWD_SM90_CASE)
 #undef FA2_FWD_SM90_CASE
         default:
-            break;
+            return cudaErrorInvalidValue;
         }
-    }
 #endif
-    // The mma.sync kernels: the table row whose tile is the plan's.
-#define FA2_FWD_CASE(compact, d, m, n)                                                   \
-    if (p->head_dim_bucket == d && p->block_m == m && p->block_n == n)                   \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_run<__nv_bfloat16, d, compact>(*p, s) \
-                                          : fa2::fwd_run<__half, d, compact>(*p, s);
-#define FA2_FWD_MAIN_CASE(d, m, n, w) FA2_FWD_CASE(0, d, m, n)
-#define FA2_FWD_COMPACT_CASE(d, m, n, w) FA2_FWD_CASE(1, d, m, n)
-    FA2_FWD_TILES(FA2_FWD_MAIN_CASE)
-    FA2_FWD_COMPACT_TILES(FA2_FWD_COMPACT_CASE)
-#undef FA2_FWD_COMPACT_CASE
-#undef FA2_FWD_MAIN_CASE
-#undef FA2_FWD_CASE
-    return cudaErrorInvalidValue;
+    default:
+        return cudaErrorInvalidValue;
+    }
 }

@@ -159,6 +159,8 @@ fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void 
     p.d_sum = (float *)workspace;
     p.dq_accum = ws.accum_offset ? (float *)((char *)workspace + ws.accum_offset) : NULL;
     p.kernel_family = plan->bwd_arch;
+    /* the backward kernels have plain and general score code */
+    p.scores = plan->fwd_scores == FA2_SCORES_PLAIN ? FA2_SCORES_PLAIN : FA2_SCORES_GENERAL;
     p.block_m = plan->bwd_block_m;
     p.block_n = plan->bwd_block_n;
 

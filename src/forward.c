@@ -145,20 +145,20 @@ fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *
 
     fa2_fill_params(plan, q, k, v, o, lse, offsets, &p);
     p.varlen_check = offsets ? (int32_t *)workspace : NULL;
+    p.fwd_kernel = plan->fwd_kernel;
+    p.scores = plan->fwd_scores;
+    p.page_box_rows = plan->page_box_rows;
     p.decode_splits = plan->decode_splits;
-    p.decode_split_tiles =
-        plan->decode_splits ? fa2_decode_split_tiles(&plan->problem, plan->head_dim_bucket) : 0;
-    p.decode_stages = plan->decode_splits ? fa2_decode_plan_stages(plan) : 0;
+    p.decode_split_tiles = plan->decode_split_tiles;
+    p.decode_stages = plan->decode_stages;
     p.softcap = plan->problem.softcap;
     p.alibi_slopes = scores ? scores->alibi_slopes : NULL;
     p.alibi_batch_stride = plan->problem.alibi_batch_stride;
     p.sinks = scores ? scores->sinks : NULL;
     if (plan->decode_splits > 1) {
-        fa2_fwd_workspace_t ws;
-        fa2_fwd_workspace_layout(&plan->problem, plan->decode_splits, &ws); /* as planned */
-        p.accum_rows = ws.rows;
-        p.lse_accum = (float *)((char *)workspace + ws.lse_offset);
-        p.o_accum = (float *)((char *)workspace + ws.o_offset);
+        p.accum_rows = plan->split_rows;
+        p.lse_accum = (float *)((char *)workspace + plan->split_lse_offset);
+        p.o_accum = (float *)((char *)workspace + plan->split_o_offset);
     }
     e = fa2_fwd_launch(&p, stream);
     if (e != 0)

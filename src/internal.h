@@ -34,8 +34,10 @@ typedef struct fa2_fwd_tile_t {
     int32_t block_m;
     int32_t block_n;
     int32_t warps;
-    int32_t arch;       /* 80: mma.sync kernel (any device); 90: wgmma kernel (sm_90) */
-    int64_t smem_bytes; /* dynamic shared memory per block */
+    int32_t arch;          /* 80: mma.sync kernel (any device); 90: wgmma kernel (sm_90) */
+    int32_t kernel;        /* fa2_fwd_kernel_t */
+    int32_t page_box_rows; /* FA2_FWD_KERNEL_WGMMA_PAGED_TMA: rows per TMA box */
+    int64_t smem_bytes;    /* dynamic shared memory per block */
 } fa2_fwd_tile_t;
 
 /* 1 when a device of compute capability major.minor runs the sm_90a (Hopper wgmma)
@@ -239,10 +241,8 @@ int32_t fa2_decode_splits(const fa2_problem_t *problem, const fa2_device_info_t 
                           int64_t bucket);
 
 /* The decode kernel's pipeline depth for `bucket` on a device allowing
- * `smem_per_block_optin` bytes a block: the deepest compiled one that fits, 0 if none;
- * and the depth a decode plan was made with (its smem_bytes says which). */
+ * `smem_per_block_optin` bytes a block: the deepest compiled one that fits, 0 if none. */
 int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin);
-int32_t fa2_decode_plan_stages(const fa2_plan_t *plan);
 
 /* Batch-invariant decode (problem->batch_invariant): key tiles per split, the same for
  * every sequence; 0 otherwise (a sequence's tiles divided over the splits). */

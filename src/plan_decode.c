@@ -50,16 +50,6 @@ int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin)
     return 0;
 }
 
-int32_t fa2_decode_plan_stages(const fa2_plan_t *plan)
-{
-#define FA2_DECODE_PLANNED(n)                                                   \
-    if (plan->smem_bytes == FA2_DECODE_SMEM_BYTES(plan->head_dim_bucket, n)) \
-        return n;
-    FA2_DECODE_STAGE_COUNTS(FA2_DECODE_PLANNED)
-#undef FA2_DECODE_PLANNED
-    return 0;
-}
-
 int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
 {
     if (!pr->batch_invariant || pr->max_splits <= 1)

@@ -45,19 +45,24 @@ int fa2_head_dim_bucket(int64_t head_dim)
         tile->block_n = (bn);                                             \
         tile->warps = (w);                                                \
         tile->arch = 80;                                                  \
+        tile->kernel = kind;                                              \
+        tile->page_box_rows = 0;                                          \
         tile->smem_bytes = fa2_fwd_smem_bytes((b), (bm), (bn));           \
         return 1;                                                         \
     }
 
 int fa2_fwd_tile(int64_t bucket, fa2_fwd_tile_t *tile)
 {
+    const int32_t kind = FA2_FWD_KERNEL_MMA;
     FA2_FWD_TILES(FA2_X)
     return 0;
 }
 
 int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile)
 {
-    (void)bucket, (void)tile; /* a build without the compact tiles' buckets has no row */
+    const int32_t kind = FA2_FWD_KERNEL_MMA_COMPACT;
+    (void)bucket, (void)tile, (void)kind; /* a build without the compact tiles' buckets
+                                             has no row */
     FA2_FWD_COMPACT_TILES(FA2_X)
     return 0;
 }
@@ -69,8 +74,9 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
 #if defined(FA2_WITH_SM90A)
     if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor) &&
         fa2_kv_tma_ready(problem)) {
-/* A paged cache or a dense batch of enough rows may take the producer layout: its math
- * warpgroups and one more */
+/* A paged cache or a dense batch of enough rows may take the producer layout (its math
+ * warpgroups and one more); other paged caches go by TMA boxes where pages and tiles
+ * suit them, else by cp.async. */
 #define FA2_X(b, wg, bn)                                                                   \
         if (bucket == (b)) {                                                               \
             const int producer = fa2_fwd_sm90_takes_producer(                              \
@@ -83,6 +89,12 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
             tile->block_n = (bn);                                                          \
             tile->warps = 4 * (math_wg + producer);                                        \
             tile->arch = 90;                                                               \
+            tile->page_box_rows = producer || !problem->page_size                          \
+                                      ? 0 : fa2_fwd_sm90_page_box_rows(problem, (bn));     \
+            tile->kernel = producer                ? FA2_FWD_KERNEL_WGMMA_PRODUCER         \
+                           : !problem->page_size   ? FA2_FWD_KERNEL_WGMMA                  \
+                           : tile->page_box_rows   ? FA2_FWD_KERNEL_WGMMA_PAGED_TMA        \
+                                                   : FA2_FWD_KERNEL_WGMMA_PAGED_COPY;      \
             tile->smem_bytes =                                                             \
                 producer ? fa2_fwd_sm90_producer_smem_bytes((b), 64 * math_wg, (bn))       \
                          : fa2_fwd_sm90_smem_bytes((b), 64 * math_wg, (bn));               \

@@ -62,7 +62,7 @@ def structs(header):
             decl = decl.strip()
             if not decl:
                 continue
-            decl = re.sub(r"^(const\s+)?[\w]+(\s+\w+_t)?\s*", "", decl)
+            decl = re.sub(r"^(const\s+)?[\w]+(\s+\w+_t(?=\s))?\s*", "", decl)
             fields += [n.strip().lstrip("*").strip() for n in decl.split(",")]
         out[name] = [f for f in fields if f]
     return out

@@ -319,6 +319,60 @@ static int32_t expected_rule(int64_t seed, int64_t uncapped, int64_t kernel)
     return seed < uncapped ? FA2_RULE_HEAD_DIM : FA2_RULE_SEED_SRAM;
 }
 
+/* The kernel the plan names (fwd_kernel, fwd_scores and the fields the launch reads):
+ * the decode kernel when `decode`, with the deepest pipeline that fits; else the family
+ * and tile `t` says, a paged cache's loader on Hopper by the TMA box rule; the
+ * workspace offsets of the splits' results. */
+static void check_kernel_choice(const fa2_problem_t *p, const fa2_plan_t *pl, const tile_t *t,
+                                int decode, int deep_fits)
+{
+    const int hopper = t->arch == 90;
+    const int producer = hopper && t->warps == 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1);
+    int32_t box = 0;
+    if (hopper && !producer && p->page_size) {
+        const int64_t rows = p->page_size < t->bc ? p->page_size : t->bc;
+        const int nest = p->page_size >= t->bc ? p->page_size % t->bc == 0
+                                               : t->bc % p->page_size == 0;
+        if (nest && rows % 8 == 0 && rows >= 32 && p->k_seq_stride > 0 && p->v_seq_stride > 0)
+            box = (int32_t)rows; /* the GPU suites' caches: positive strides below 2^39 */
+    }
+    int32_t kernel = !hopper            ? (t->br == tile_of(t->bucket)->br &&
+                                                   t->bc == tile_of(t->bucket)->bc
+                                               ? FA2_FWD_KERNEL_MMA
+                                               : FA2_FWD_KERNEL_MMA_COMPACT)
+                     : producer         ? FA2_FWD_KERNEL_WGMMA_PRODUCER
+                     : !p->page_size    ? FA2_FWD_KERNEL_WGMMA
+                     : box              ? FA2_FWD_KERNEL_WGMMA_PAGED_TMA
+                                        : FA2_FWD_KERNEL_WGMMA_PAGED_COPY;
+    if (decode)
+        kernel = FA2_FWD_KERNEL_DECODE, box = 0;
+    assert_int_equal(pl->fwd_kernel, kernel);
+    assert_int_equal(pl->page_box_rows, box);
+    const int scored = p->softcap != 0.0f || p->alibi;
+    const int bounded = hopper && !decode && p->dtype == FA2_DTYPE_BF16 &&
+                        p->softcap > 0.0f && p->softcap <= FA2_MAX_BOUNDED_SOFTCAP && !p->alibi;
+    assert_int_equal(pl->fwd_scores, !scored  ? FA2_SCORES_PLAIN
+                                     : bounded ? FA2_SCORES_BOUNDED_SOFTCAP
+                                               : FA2_SCORES_GENERAL);
+    assert_int_equal(pl->decode_stages, decode ? (deep_fits ? 3 : 2) : 0);
+    if (!decode || !p->batch_invariant)
+        assert_int_equal(pl->decode_split_tiles, 0);
+    if (pl->decode_splits > 1) {
+        const int64_t rows = p->total_q ? p->total_q : p->batch * p->seqlen_q;
+        const int64_t lse = (int64_t)pl->decode_splits * p->heads_q * rows * 4;
+        assert_int_equal(pl->split_rows, rows);
+        assert_int_equal(pl->split_lse_offset % 256, 0);
+        assert_true(pl->split_lse_offset >= (p->total_q ? 4 * p->batch : 0));
+        assert_int_equal(pl->split_o_offset % 256, 0);
+        assert_true(pl->split_o_offset >= pl->split_lse_offset + lse);
+        assert_int_equal(pl->workspace_bytes, pl->split_o_offset + lse * p->head_dim);
+    } else {
+        assert_int_equal(pl->split_rows, 0);
+        assert_int_equal(pl->split_lse_offset, 0);
+        assert_int_equal(pl->split_o_offset, 0);
+    }
+}
+
 /* Everything an accepted plan must satisfy. */
 static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
                        const fa2_plan_t *pl)
@@ -371,6 +425,7 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
         assert_true(pl->smem_bytes >= (pl->block_m + 3 * pl->block_n) * bucket * 2);
     }
     assert_true(pl->smem_bytes <= d->smem_per_block_optin);
+    check_kernel_choice(p, pl, t, decode, deep_smem <= d->smem_per_block_optin);
     assert_int_equal(pl->block_m_rule, expected_rule(pl->seed_br, seed, t->br));
     assert_int_equal(pl->block_n_rule, expected_rule(pl->seed_bc, seed, t->bc));
 
@@ -740,6 +795,11 @@ static void test_decode_splits(void **state)
     assert_int_equal(pl.decode_splits, 16);
     assert_int_equal(pl.grid_blocks, 8 * 16);
     assert_int_equal(pl.workspace_bytes, 16 * 32 * 4 + 16 * 32 * 128 * 4);
+    assert_int_equal(pl.fwd_kernel, FA2_FWD_KERNEL_DECODE);
+    assert_int_equal(pl.decode_stages, 3);
+    assert_int_equal(pl.split_rows, 1);
+    assert_int_equal(pl.split_lse_offset, 0);
+    assert_int_equal(pl.split_o_offset, 16 * 32 * 4);
     /* A100 (163 KiB a block, 108 multiprocessors): two stages, 132 KiB, one block a
      * multiprocessor; 13 splits fill 104/108 (best within 5 %: 27 fill 216/216). */
     fa2_device_info_t other = device80(166912);
@@ -747,10 +807,13 @@ static void test_decode_splits(void **state)
     other.smem_per_sm = 167936;
     assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
     assert_int_equal(pl.smem_bytes, 16 * 256 + 4 * 2 * 2 * 32 * 256);
+    assert_int_equal(pl.decode_stages, 2);
     assert_int_equal(pl.decode_splits, 13);
     other = device80(101376); /* 99 KiB: no depth fits, the prefill kernels */
     assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
     assert_int_equal(pl.decode_splits, 0);
+    assert_int_equal(pl.decode_stages, 0);
+    assert_int_equal(pl.fwd_kernel, FA2_FWD_KERNEL_MMA);
     p.max_splits = 8; /* capped */
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.decode_splits, 8);
@@ -773,10 +836,12 @@ static void test_decode_splits(void **state)
         p.batch_invariant = 1;
         assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
         assert_int_equal(pl.decode_splits, 8);
+        assert_int_equal(pl.decode_split_tiles, 32);
     }
     p.seqlen_k = 1 << 20; /* 32768 tiles: 64 splits of 512 */
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.decode_splits, 64);
+    assert_int_equal(pl.decode_split_tiles, 512);
     p.batch_invariant = 2;
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_ERROR_INVALID_SIZE);
     p.max_splits = FA2_MAX_SPLITS + 1;
@@ -944,6 +1009,11 @@ static void test_paged_producer_tile(void **state)
         assert_int_equal(pl.grid_blocks,
                          c.batch * c.heads_q * ((300 + pl.block_m - 1) / pl.block_m));
         assert_int_equal(pl.block_n, 128);
+        if (producer)
+            assert_int_equal(pl.fwd_kernel, FA2_FWD_KERNEL_WGMMA_PRODUCER);
+        else
+            assert_true(pl.fwd_kernel == FA2_FWD_KERNEL_WGMMA_PAGED_TMA ||
+                        pl.fwd_kernel == FA2_FWD_KERNEL_WGMMA_PAGED_COPY);
 #endif
     }
     /* A dense batch takes it when its rows reach the
@@ -962,6 +1032,47 @@ static void test_paged_producer_tile(void **state)
         assert_int_equal(pl.warps, producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
 #endif
     }
+}
+
+/* A paged cache's loader on the Hopper forward, outside the producer layout: TMA boxes
+ * of min(page_size, Bc) rows where pages and tiles nest, a box is whole 8-row swizzle
+ * atoms and at least 32 rows; else cp.async. Bc is 128 at d = 64 and 64 at d = 256; at
+ * d = 128 an fp16 softcap keeps the one-warpgroup tile. */
+static void test_paged_loaders(void **state)
+{
+    (void)state;
+#if defined(FA2_WITH_SM90A)
+    const fa2_device_info_t d = device(232448);
+    static const struct {
+        int64_t head_dim, page_size;
+        float softcap;
+        int32_t kernel, box;
+    } cases[] = {
+        {64, 256, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_TMA, 128},
+        {64, 128, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_TMA, 128},
+        {64, 64, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_TMA, 64},
+        {64, 32, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_TMA, 32},
+        {64, 16, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_COPY, 0},
+        {64, 48, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_COPY, 0},
+        {64, 320, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_COPY, 0},
+        {256, 128, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_TMA, 64},
+        {256, 1, 0.0f, FA2_FWD_KERNEL_WGMMA_PAGED_COPY, 0},
+        {128, 256, 0.0f, FA2_FWD_KERNEL_WGMMA_PRODUCER, 0},
+        {128, 256, 30.0f, FA2_FWD_KERNEL_WGMMA_PAGED_TMA, 128},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        fa2_problem_t p;
+        fa2_plan_t pl;
+        fa2_problem_init_paged(&p, FA2_DTYPE_FP16, 2, 300, 4096, 600, 8, 2, cases[i].head_dim,
+                               cases[i].page_size, 4096 / cases[i].page_size * 2 + 3,
+                               4096 / cases[i].page_size + 1);
+        p.softcap = cases[i].softcap;
+        assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
+        assert_int_equal(pl.fwd_kernel, cases[i].kernel);
+        assert_int_equal(pl.page_box_rows, cases[i].box);
+        assert_int_equal(pl.fwd_scores, cases[i].softcap ? FA2_SCORES_GENERAL : FA2_SCORES_PLAIN);
+    }
+#endif
 }
 
 /* Which devices run a plan's kernels (fa2_forward / fa2_backward refuse the others with
@@ -1012,6 +1123,7 @@ int main(void)
         cmocka_unit_test(test_bucket_mapping_and_scale),
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_decode_splits),
+        cmocka_unit_test(test_paged_loaders),
         cmocka_unit_test(test_device_runs_plan),
         cmocka_unit_test(test_tma_layouts),
         cmocka_unit_test(test_paged_producer_tile),

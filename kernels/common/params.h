@@ -100,6 +100,10 @@ typedef struct fa2_params_t {
     int32_t dtype;           /* fa2_dtype_t: FA2_DTYPE_FP16 or FA2_DTYPE_BF16 */
     int32_t kernel_family;   /* the plan's choice for this direction: 90 = Hopper wgmma
                                 kernels, 80 = mma.sync (fwd_arch or bwd_arch) */
+    int32_t fwd_kernel;      /* forward: the plan's fa2_fwd_kernel_t */
+    int32_t scores;          /* the plan's fa2_fwd_scores_t (a backward runs
+                                FA2_SCORES_GENERAL for a bounded softcap) */
+    int32_t page_box_rows;   /* FA2_FWD_KERNEL_WGMMA_PAGED_TMA: rows per TMA box */
     int32_t block_m;         /* the plan's tile for this direction, which picks the
                                 compiled mma.sync kernel: block_m x block_n (forward),
                                 bwd_block_m x bwd_block_n (backward) */

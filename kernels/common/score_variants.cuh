@@ -24,15 +24,6 @@ struct ScoreVariants {
     float offset;      // seqlen_k - seqlen_q: the query row's key position minus its row
 };
 
-// Whether a call (forward or backward) runs the kScored kernel instances: softcap or
-// ALiBi is on. Sinks need nothing per score: the plain forward kernels add the sink to
-// each row's denominator at the end, the backward sums dsink apart
-// (kernels/common/bwd_dsink.cuh).
-inline bool runs_scored_kernels(const fa2_params_t &p)
-{
-    return p.softcap != 0.f || p.alibi_slopes;
-}
-
 // Score units' factor to log2 units for the problem's variants.
 __device__ __forceinline__ float score_units_log2(const fa2_params_t &p)
 {
@@ -74,7 +65,11 @@ __device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, i
 // Which scores a Hopper forward instance is compiled for, so that none carries another's
 // code: plain, a softcap that bounds them (fa2_sm90_softcap_bounds_scores), or any
 // variants.
-enum ScoreKind { kPlainScores, kBoundedSoftcap, kGeneralScores };
+enum ScoreKind {
+    kPlainScores = FA2_SCORES_PLAIN,
+    kBoundedSoftcap = FA2_SCORES_BOUNDED_SOFTCAP,
+    kGeneralScores = FA2_SCORES_GENERAL
+};
 
 // Head `head`'s sink in log2 units, -inf without sinks.
 __device__ __forceinline__ float sink_log2(const fa2_params_t &p, int head)

@@ -104,7 +104,7 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
     const int64_t grid = static_cast<int64_t>(p.batch) * p.heads_kv * p.decode_splits;
-    const bool scored = runs_scored_kernels(p);
+    const bool scored = p.scores != FA2_SCORES_PLAIN;
     const auto kernel = scored ? (p.page_table     ? decode_kernel<Tr, kPagedSeq, true>
                                   : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq, true>
                                                    : decode_kernel<Tr, kDenseSeq, true>)

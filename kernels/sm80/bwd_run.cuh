@@ -49,7 +49,7 @@ cudaError_t bwd_run_kernels(const fa2_params_t &p, cudaStream_t stream, bool &ou
 template <typename Elem, int kHeadDim, int kCompact>
 cudaError_t bwd_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
-    return runs_scored_kernels(p)
+    return p.scores != FA2_SCORES_PLAIN
                ? bwd_run_kernels<Elem, kHeadDim, kCompact, true>(p, stream, outputs_queued)
                : bwd_run_kernels<Elem, kHeadDim, kCompact, false>(p, stream, outputs_queued);
 }

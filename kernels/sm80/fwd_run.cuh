@@ -16,7 +16,7 @@ cudaError_t fwd_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t m_blocks = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
-    const bool scored = runs_scored_kernels(p);
+    const bool scored = p.scores != FA2_SCORES_PLAIN;
     const auto kernel = scored ? (p.page_table     ? fwd_kernel<Tr, kPagedSeq, true>
                                   : p.cu_seqlens_q ? fwd_kernel<Tr, kPackedSeq, true>
                                                    : fwd_kernel<Tr, kDenseSeq, true>)

@@ -62,7 +62,7 @@ cudaError_t bwd_sm90_run_kernels(const fa2_params_t &p, cudaStream_t stream,
 template <typename Elem, int kHeadDim>
 cudaError_t bwd_sm90_run(const fa2_params_t &p, cudaStream_t stream, bool &outputs_queued)
 {
-    return runs_scored_kernels(p)
+    return p.scores != FA2_SCORES_PLAIN
                ? bwd_sm90_run_kernels<Elem, kHeadDim, true>(p, stream, outputs_queued)
                : bwd_sm90_run_kernels<Elem, kHeadDim, false>(p, stream, outputs_queued);
 }

@@ -99,8 +99,11 @@ class PlanStruct(ctypes.Structure):
                                        "bwd_dq_block_n")]
                 + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
                    ("bwd_supported", _i32), ("bwd_status", _i32),
-                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("decode_splits", _i32),
-                   ("reserved2", _i32), ("device", DeviceInfo)])
+                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("decode_splits", _i32)]
+                + [(n, _i32) for n in ("fwd_kernel", "fwd_scores", "page_box_rows",
+                                       "decode_stages", "decode_split_tiles")]
+                + [(n, _i64) for n in ("split_rows", "split_lse_offset", "split_o_offset")]
+                + [("device", DeviceInfo)])
 
 
 class CombineProblem(ctypes.Structure):

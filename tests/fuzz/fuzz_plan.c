@@ -230,7 +230,16 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->smem_bytes > 0 && pl->smem_bytes <= dev->smem_per_block_optin);
     /* the decode kernel: only for <= 16 rows of query heads per kv head x tokens, and
      * splits only up to max_splits; its grid is one block per (sequence, kv head, split) */
-    CHECK(pl->decode_splits >= 0 && pl->reserved2 == 0);
+    CHECK(pl->decode_splits >= 0);
+    CHECK((pl->fwd_kernel == FA2_FWD_KERNEL_DECODE) == (pl->decode_splits > 0));
+    CHECK(pl->fwd_kernel >= FA2_FWD_KERNEL_MMA && pl->fwd_kernel <= FA2_FWD_KERNEL_DECODE);
+    CHECK((pl->fwd_arch == 90) == (pl->fwd_kernel >= FA2_FWD_KERNEL_WGMMA &&
+                                   pl->fwd_kernel <= FA2_FWD_KERNEL_WGMMA_PRODUCER) ||
+          pl->fwd_kernel == FA2_FWD_KERNEL_DECODE);
+    CHECK((pl->page_box_rows > 0) == (pl->fwd_kernel == FA2_FWD_KERNEL_WGMMA_PAGED_TMA));
+    CHECK(pl->fwd_scores == FA2_SCORES_PLAIN || q->softcap != 0.0f || q->alibi);
+    CHECK((pl->split_o_offset > 0) == (pl->decode_splits > 1));
+    CHECK(pl->split_o_offset <= pl->workspace_bytes);
     CHECK(!pl->decode_splits || q->heads_q / q->heads_kv * q->seqlen_q <= 16);
     CHECK(pl->decode_splits <= (q->max_splits > 1 ? q->max_splits : 1));
     if (pl->decode_splits)

@@ -337,13 +337,20 @@ typedef enum fa2_fwd_kernel_t {
                                             plan->decode_splits splits */
 } fa2_fwd_kernel_t;
 
-/* The score code compiled into the forward kernel a plan runs (plan->fwd_scores). */
-typedef enum fa2_fwd_scores_t {
+/* The backward kernels a plan runs (plan->bwd_kernel). */
+typedef enum fa2_bwd_kernel_t {
+    FA2_BWD_KERNEL_MMA = 1,         /* mma.sync (every device), the bucket's main tiles */
+    FA2_BWD_KERNEL_MMA_COMPACT = 2, /* mma.sync, the bucket's smaller tiles */
+    FA2_BWD_KERNEL_WGMMA = 3        /* Hopper wgmma */
+} fa2_bwd_kernel_t;
+
+/* The score code compiled into the kernels a plan runs (plan->fwd_scores, bwd_scores). */
+typedef enum fa2_scores_t {
     FA2_SCORES_PLAIN = 0,           /* no softcap, no ALiBi (sinks need no score code) */
     FA2_SCORES_BOUNDED_SOFTCAP = 1, /* Hopper, bf16 softcap <= 50 without ALiBi: a fixed
                                        offset instead of a running maximum */
     FA2_SCORES_GENERAL = 2          /* softcap and/or ALiBi */
-} fa2_fwd_scores_t;
+} fa2_scores_t;
 
 typedef struct fa2_plan_t {
     size_t struct_size;          /* sizeof(fa2_plan_t), written by fa2_plan */
@@ -389,12 +396,16 @@ typedef struct fa2_plan_t {
                                     the workspace). grid_blocks and smem_bytes are then
                                     the decode kernel's */
     int32_t fwd_kernel;          /* fa2_fwd_kernel_t: the forward kernel that runs */
-    int32_t fwd_scores;          /* fa2_fwd_scores_t: its score code */
+    int32_t fwd_scores;          /* fa2_scores_t: its score code */
     int32_t page_box_rows;       /* FA2_FWD_KERNEL_WGMMA_PAGED_TMA: rows per TMA box, else 0 */
     int32_t decode_stages;       /* FA2_FWD_KERNEL_DECODE: K/V tiles in flight per warp */
     int32_t decode_split_tiles;  /* FA2_FWD_KERNEL_DECODE: key tiles per split in
                                     batch-invariant mode, else 0 (each sequence's tiles
                                     divided evenly over the splits) */
+    int32_t bwd_kernel;          /* fa2_bwd_kernel_t: the backward kernels that run */
+    int32_t bwd_scores;          /* fa2_scores_t of the backward kernels: PLAIN or GENERAL */
+    int64_t bwd_accum_offset;    /* where the fp32 dQ accumulator lies in the backward's
+                                    workspace, or 0: dQ by a dQ kernel, without atomics */
     int64_t split_rows;          /* decode_splits > 1: the workspace holds the splits'
                                     fp32 LSE [decode_splits, heads_q, split_rows] from byte */
     int64_t split_lse_offset;    /* split_lse_offset and their fp32 O [decode_splits, */

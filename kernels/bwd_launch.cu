@@ -1,5 +1,5 @@
-// C boundary for the backward: picks the compiled kernels for the plan's head-dim
-// bucket, dtype and kernel family.
+// C boundary for the backward: launches the kernels the plan named (p->bwd_kernel) for
+// its head-dim bucket and dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -9,37 +9,52 @@
 #include "sm90/bwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
 
+// The mma.sync kernels of the bucket's main (kCompact 0) or compact tiles.
+template <int kCompact>
+static cudaError_t mma_dispatch(const fa2_params_t *p, cudaStream_t s, bool &queued)
+{
+    (void)s, (void)queued;  // a build without the compact tiles' buckets has no row
+#define FA2_BWD_CASE(d)                                                                 \
+    if (p->head_dim_bucket == d)                                                        \
+        return p->dtype == FA2_DTYPE_BF16                                               \
+                   ? fa2::bwd_run<__nv_bfloat16, d, kCompact>(*p, s, queued)            \
+                   : fa2::bwd_run<__half, d, kCompact>(*p, s, queued);
+#define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw) FA2_BWD_CASE(d)
+    if constexpr (kCompact) {
+        FA2_BWD_COMPACT_TILES(FA2_BWD_ROW)
+    } else {
+        FA2_BWD_TILES(FA2_BWD_ROW)
+    }
+#undef FA2_BWD_ROW
+#undef FA2_BWD_CASE
+    return cudaErrorInvalidValue;
+}
+
 static cudaError_t dispatch(const fa2_params_t *p, cudaStream_t s, bool &queued)
 {
+    switch (p->bwd_kernel) {
+    case FA2_BWD_KERNEL_MMA:
+        return mma_dispatch<0>(p, s, queued);
+    case FA2_BWD_KERNEL_MMA_COMPACT:
+        return mma_dispatch<1>(p, s, queued);
 #if defined(FA2_WITH_SM90A)
-    // The plan picks sm90 for the Hopper rows in both modes; without an accumulator
-    // (deterministic mode, split rows) bwd_sm90_run takes the dQ-kernel route.
-    if (p->kernel_family == 90) {
+    case FA2_BWD_KERNEL_WGMMA:
+        // Without an accumulator (deterministic mode, split rows) bwd_sm90_run takes the
+        // dQ-kernel route.
         switch (p->head_dim_bucket) {
-#define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                           \
-    case d:                                                                        \
+#define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                                \
+    case d:                                                                             \
         return p->dtype == FA2_DTYPE_BF16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s, queued) \
-                              : fa2::bwd_sm90_run<__half, d>(*p, s, queued);
+                                          : fa2::bwd_sm90_run<__half, d>(*p, s, queued);
             FA2_BWD_SM90_TILES(FA2_BWD_SM90_CASE)
 #undef FA2_BWD_SM90_CASE
         default:
-            break;
+            return cudaErrorInvalidValue;
         }
-    }
 #endif
-    // The mma.sync kernels: the table row whose tiles are the plan's.
-#define FA2_BWD_CASE(compact, d, bn, bm)                                                       \
-    if (p->head_dim_bucket == d && p->block_n == bn && p->block_m == bm)                       \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::bwd_run<__nv_bfloat16, d, compact>(*p, s, queued) \
-                                          : fa2::bwd_run<__half, d, compact>(*p, s, queued);
-#define FA2_BWD_MAIN_CASE(d, bn, bm, w, sl, qbm, qbn, qw) FA2_BWD_CASE(0, d, bn, bm)
-#define FA2_BWD_COMPACT_CASE(d, bn, bm, w, sl, qbm, qbn, qw) FA2_BWD_CASE(1, d, bn, bm)
-    FA2_BWD_TILES(FA2_BWD_MAIN_CASE)
-    FA2_BWD_COMPACT_TILES(FA2_BWD_COMPACT_CASE)
-#undef FA2_BWD_COMPACT_CASE
-#undef FA2_BWD_MAIN_CASE
-#undef FA2_BWD_CASE
-    return cudaErrorInvalidValue;
+    default:
+        return cudaErrorInvalidValue;
+    }
 }
 
 extern "C" int fa2_bwd_launch(const fa2_params_t *p, void *stream, int *outputs_queued)

@@ -99,7 +99,6 @@ fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void 
     fa2_params_t p;
     fa2_status_t s;
     int e, outputs_queued = 0;
-    fa2_bwd_workspace_t ws = {0, 0};
 
     fa2_clear_error();
     if (!plan)
@@ -151,18 +150,13 @@ fa2_status_t fa2_run_backward(const fa2_plan_t *plan, const void *q, const void 
     p.alibi_batch_stride = plan->problem.alibi_batch_stride;
     p.sinks = scores->sinks;
     p.dsinks = scores->dsinks;
-    /* The plan's workspace layout (checked: the plan is fa2_plan's, so it fits) */
-    fa2_bwd_workspace_layout(&plan->problem,
-                             fa2_bwd_dq_by_atomics(plan->problem.deterministic, plan->bwd_arch,
-                                                   plan->head_dim_bucket),
-                             &ws);
+    /* the plan's workspace layout */
     p.d_sum = (float *)workspace;
-    p.dq_accum = ws.accum_offset ? (float *)((char *)workspace + ws.accum_offset) : NULL;
+    p.dq_accum = plan->bwd_accum_offset ? (float *)((char *)workspace + plan->bwd_accum_offset)
+                                        : NULL;
     p.kernel_family = plan->bwd_arch;
-    /* the backward kernels have plain and general score code */
-    p.scores = plan->fwd_scores == FA2_SCORES_PLAIN ? FA2_SCORES_PLAIN : FA2_SCORES_GENERAL;
-    p.block_m = plan->bwd_block_m;
-    p.block_n = plan->bwd_block_n;
+    p.bwd_kernel = plan->bwd_kernel;
+    p.scores = plan->bwd_scores;
 
     e = fa2_bwd_launch(&p, stream, &outputs_queued);
     if (e != 0)

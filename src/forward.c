@@ -73,8 +73,6 @@ void fa2_fill_params(const fa2_plan_t *plan, const void *q, const void *k,
     p->head_dim_bucket = plan->head_dim_bucket;
     p->dtype = pr->dtype;
     p->kernel_family = plan->fwd_arch;
-    p->block_m = plan->block_m;
-    p->block_n = plan->block_n;
     p->window_left = fa2_kernel_window_left(pr->window_left, pr->seqlen_k);
     p->window_right = fa2_kernel_window_right(pr->causal ? 0 : pr->window_right, pr->seqlen_q);
     p->softmax_scale = pr->softmax_scale;

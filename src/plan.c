@@ -92,10 +92,13 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
         out->bwd_dq_block_m = qbm;                                                    \
         out->bwd_dq_block_n = qbn;                                                    \
         out->bwd_smem_bytes = dkdv > other ? dkdv : other;                            \
+        out->bwd_kernel = kind;                                                       \
         slices = sl;                                                                  \
     }
+    int32_t kind = FA2_BWD_KERNEL_MMA;
     FA2_BWD_TILES(FA2_BWD_ROW)
     if (out->bwd_smem_bytes > device->smem_per_block_optin) {
+        kind = FA2_BWD_KERNEL_MMA_COMPACT;
         FA2_BWD_COMPACT_TILES(FA2_BWD_ROW)
     }
 #undef FA2_BWD_ROW
@@ -117,6 +120,7 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
                     out->bwd_smem_bytes = fa2_bwd_sm90_dq_smem_bytes(d);        \
             }                                                                   \
             out->bwd_arch = 90;                                                 \
+            out->bwd_kernel = FA2_BWD_KERNEL_WGMMA;                             \
             slices = 1;                                                         \
         }
         FA2_BWD_SM90_TILES(FA2_BWD_SM90_ROW)
@@ -126,8 +130,11 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     out->bwd_status = FA2_SUCCESS;
     atomics = fa2_bwd_dq_by_atomics(pr->deterministic, out->bwd_arch, bucket);
 
+    /* the backward kernels have plain and general score code */
+    out->bwd_scores = pr->softcap == 0.0f && !pr->alibi ? FA2_SCORES_PLAIN : FA2_SCORES_GENERAL;
     if (fa2_bwd_workspace_layout(pr, atomics, &ws)) {
         out->bwd_workspace_bytes = ws.total_bytes;
+        out->bwd_accum_offset = ws.accum_offset;
     } else {
         out->bwd_workspace_bytes = 0;
         out->bwd_status = FA2_ERROR_SIZE_OVERFLOW;

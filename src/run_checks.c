@@ -14,7 +14,7 @@
 /* fa2_plan_t has no padding, so memcmp compares exactly its fields. */
 _Static_assert(sizeof(fa2_problem_t) == 272, "fa2_problem_t has padding or changed");
 _Static_assert(sizeof(fa2_device_info_t) == 40, "fa2_device_info_t has padding or changed");
-_Static_assert(sizeof(fa2_plan_t) == 488, "fa2_plan_t has padding or changed");
+_Static_assert(sizeof(fa2_plan_t) == 504, "fa2_plan_t has padding or changed");
 
 fa2_status_t fa2_check_plan(const fa2_plan_t *plan)
 {

@@ -461,7 +461,16 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
         const int atomics = !p->deterministic && !bt.split;
         assert_int_equal(pl->bwd_workspace_bytes,
                          (d_bytes + 255) / 256 * 256 + (atomics ? d_bytes * p->head_dim : 0));
+        assert_int_equal(pl->bwd_accum_offset, atomics ? (d_bytes + 255) / 256 * 256 : 0);
     }
+    const bwd_tile_t *main_bwd = bwd_tile_of(bucket);
+    assert_int_equal(pl->bwd_kernel,
+                     bt.arch == 90 ? FA2_BWD_KERNEL_WGMMA
+                     : bt.block_n == main_bwd->block_n && bt.block_m == main_bwd->block_m
+                         ? FA2_BWD_KERNEL_MMA
+                         : FA2_BWD_KERNEL_MMA_COMPACT);
+    assert_int_equal(pl->bwd_scores, p->softcap != 0.0f || p->alibi ? FA2_SCORES_GENERAL
+                                                                     : FA2_SCORES_PLAIN);
     assert_int_equal(pl->bwd_status == FA2_ERROR_SHARED_MEMORY,
                      pl->bwd_smem_bytes > d->smem_per_block_optin);
     assert_int_equal(pl->bwd_supported, pl->bwd_status == FA2_SUCCESS);

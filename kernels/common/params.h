@@ -101,13 +101,9 @@ typedef struct fa2_params_t {
     int32_t kernel_family;   /* the plan's choice for this direction: 90 = Hopper wgmma
                                 kernels, 80 = mma.sync (fwd_arch or bwd_arch) */
     int32_t fwd_kernel;      /* forward: the plan's fa2_fwd_kernel_t */
-    int32_t scores;          /* the plan's fa2_fwd_scores_t (a backward runs
-                                FA2_SCORES_GENERAL for a bounded softcap) */
+    int32_t bwd_kernel;      /* backward: the plan's fa2_bwd_kernel_t */
+    int32_t scores;          /* the plan's fa2_scores_t for this direction */
     int32_t page_box_rows;   /* FA2_FWD_KERNEL_WGMMA_PAGED_TMA: rows per TMA box */
-    int32_t block_m;         /* the plan's tile for this direction, which picks the
-                                compiled mma.sync kernel: block_m x block_n (forward),
-                                bwd_block_m x bwd_block_n (backward) */
-    int32_t block_n;
     int32_t window_left;     /* -1 = unbounded; causal already folded into window_right */
     int32_t window_right;    /* -1 = unbounded */
     float softmax_scale;     /* scale applied to Q K^T (natural log units) */
@@ -182,7 +178,7 @@ static inline int fa2_tma_kv_strides(int64_t outer, int64_t rows, int64_t heads,
            fa2_tma_stride(rows, v_row) && fa2_tma_stride(heads, v_head);
 }
 
-/* Launches the forward kernel for p->head_dim_bucket, p->dtype and p->kernel_family on
+/* Launches the forward kernel p->fwd_kernel for p->head_dim_bucket and p->dtype on
  * `stream` (a cudaStream_t). Returns a cudaError_t value (0 = cudaSuccess). */
 int fa2_fwd_launch(const fa2_params_t *p, void *stream);
 

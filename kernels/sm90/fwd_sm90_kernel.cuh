@@ -20,71 +20,13 @@
 #include "common/varlen_check.cuh"
 #include "common/warp_gemm.cuh"
 #include "sm90/fwd_sm90_producer.cuh"
+#include "sm90/fwd_sm90_kv_loader.cuh"
+#include "sm90/fwd_sm90_traits.cuh"
 #include "sm90/fwd_sm90_tiles.h"
 #include "sm90/tma.cuh"
 #include "sm90/wgmma.cuh"
 
 namespace fa2 {
-
-template <int kHeadDim>
-struct FwdSm90Tile;
-
-#define FA2_FWD_SM90_TILE_SPEC(d, wg, n)            \
-    template <>                                     \
-    struct FwdSm90Tile<d> {                         \
-        static constexpr int kWarpgroups = wg;      \
-        static constexpr int kBlockN = n;           \
-    };
-FA2_FWD_SM90_TILES(FA2_FWD_SM90_TILE_SPEC)
-#undef FA2_FWD_SM90_TILE_SPEC
-
-// kWarpgroups_: the tile table's, or another for one path (the producer's two).
-template <typename Elem_, int kHeadDim_, int kWarpgroups_ = FwdSm90Tile<kHeadDim_>::kWarpgroups>
-struct FwdSm90Traits {
-    using Elem = Elem_;
-    static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kWarpgroups = kWarpgroups_;
-    static constexpr int kBlockM = 64 * kWarpgroups;
-    static constexpr int kBlockN = FwdSm90Tile<kHeadDim>::kBlockN;
-    static constexpr int kThreads = 128 * kWarpgroups;
-    // apply_mask's view: each warp owns one 16-row tile of a warpgroup's 64 rows.
-    static constexpr int kMTiles = 1;
-    static constexpr int kNTiles = kBlockN / 8;
-    static constexpr int kDTiles = kHeadDim / 8;
-    static constexpr int kLoadChunks = kHeadDim / 8;
-    static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-    static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-    static constexpr int kSmemBytes = kQBytes + 3 * kKVBytes + 1024;
-
-    static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
-    static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k16 steps");
-};
-
-// How K/V tiles reach shared memory: by TMA (dense, packed, paged with
-// pages of whole boxes), or for a paged cache by cp.async from the math threads or from a
-// producer warpgroup of its own (sm90/fwd_sm90_producer.cuh).
-enum KvCopy { kKvByTma, kKvByCpAsync, kKvByProducer };
-
-// Threads per block: the producer warpgroup adds 128; shared memory: its K stages past
-// the first add a K buffer each (fa2_fwd_sm90_producer_smem_bytes).
-template <typename Tr, int kKv>
-struct FwdSm90Launch {
-    static constexpr int kThreads = Tr::kThreads + (kKv == kKvByProducer ? 128 : 0);
-    static constexpr int kSmemBytes =
-        Tr::kSmemBytes +
-        (kKv == kKvByProducer ? (FA2_SM90_PRODUCER_K_STAGES - 1) * Tr::kKVBytes : 0);
-};
-
-// The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):
-// a dense or packed batch's with box (64 columns, 1 head, kBlockN rows, 1); a paged
-// cache's, when page_box_rows > 0, with box (64, 1, page_box_rows, 1), page_box_rows
-// rows of one page (a tile's share of a page, or the page itself when a tile holds
-// several). page_box_rows = 0: the paged kernel copies with cp.async instead.
-struct FwdSm90Args {
-    fa2_params_t p;
-    CUtensorMap k_map, v_map;
-    int page_box_rows;
-};
 
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScores (ScoreKind, common/score_variants.cuh): kPlainScores without softcap or ALiBi
@@ -151,72 +93,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                               : k_smem + kKVBuffers * Tr::kKVBytes;
     const uint32_t v_full = bars + 16;
     const auto k_full = [bars](int it) { return bars + 8 * (it & 1); };
-    // Paged: this lane's page ids for the next K tile and for the V tile, a tile ahead.
-    using PagedShape = PagedTileShape<Tr::kBlockN, Tr::kLoadChunks, Tr::kThreads>;
-    [[maybe_unused]] int k_page = -1, v_page = -1;
-    const auto panel = [](int row, int chunk) { return panel_offset<Tr::kBlockN>(row, chunk); };
-    // (By TMA: warp 0's lane j holds the page id of the tile's j-th box.)
-    auto fetch_page = [&, seq = seq, kv_head = kv_head](int key_first) {
-        const PagedRows<Elem> rows = paged_rows<Elem, false>(p, seq, kv_head);
-        if constexpr (kTma) {
-            const int key = key_first + lane * args.page_box_rows;
-            return warp == 0 && key < min(seq.seqlen_k, key_first + Tr::kBlockN)
-                       ? rows.page_of(key)
-                       : -1;
-        }
-        return fetch_tile_page<PagedShape>(rows, key_first, seq.seqlen_k - key_first, tid);
-    };
-    // A K or V tile by TMA, issued by thread 0: its panels as boxes.
-    auto copy_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map, uint32_t dst,
-                                                       uint32_t bar, int key_first) {
-        if (tid != 0) return;
-        copy_kv_tile<Tr>(map, dst, bar, kv_head,
-                         kMode == kDenseSeq ? key_first : seq.k_start + key_first,
-                         kMode == kDenseSeq ? seq.batch : 0);
-    };
-    // A paged tile by TMA: warp 0's lane j copies box j from page `page`
-    // (-1: past the keys or out of range, outside the tensor map: zeros, no read).
-    auto copy_paged_tile = [&, seq = seq, kv_head = kv_head](const CUtensorMap *map,
-                                                             uint32_t dst, uint32_t bar,
-                                                             int key_first, int page) {
-        if (warp != 0) return;
-        if (lane == 0) mbarrier_arrive_expect_tx(bar, Tr::kKVBytes);
-        __syncwarp();  // the bytes are expected before any box can complete
-        const int box_rows = args.page_box_rows;
-        if (lane * box_rows >= Tr::kBlockN) return;
-        const int key = key_first + lane * box_rows;
-        const int in_page =
-            key - paged_rows<Elem, false>(p, seq, kv_head).page_index(key) * p.page_size;
-#pragma unroll
-        for (int panel = 0; panel < Tr::kHeadDim / 64; ++panel)
-            tma_load_4d(dst + panel * Tr::kBlockN * 128 + lane * box_rows * 128, map, bar,
-                        panel * 64, kv_head, in_page, page);
-    };
-    auto load_k = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first, int it) {
-        if constexpr (kMode != kPagedSeq)
-            copy_tile(&args.k_map, dst, k_full(it), key_first);
-        else if constexpr (kTma)
-            copy_paged_tile(&args.k_map, dst, k_full(it), key_first, k_page);
-        else
-            load_paged_tile<PagedShape>(dst, paged_rows<Elem, false>(p, seq, kv_head), k_page,
-                                        key_first, p.head_dim, tid, panel);
-    };
-    auto load_v = [&, seq = seq, kv_head = kv_head](uint32_t dst, int key_first) {
-        if constexpr (kMode != kPagedSeq)
-            copy_tile(&args.v_map, dst, v_full, key_first);
-        else if constexpr (kTma)
-            copy_paged_tile(&args.v_map, dst, v_full, key_first, v_page);
-        else
-            load_paged_tile<PagedShape>(dst, paged_rows<Elem, true>(p, seq, kv_head), v_page,
-                                        key_first, p.head_dim, tid, panel);
-    };
-    // After K(key_first)'s copies: V(key_first) takes its page, the next K tile's fetched.
-    auto advance_pages = [&, keys_min = n_block_min * Tr::kBlockN](int key_first) {
-        if constexpr (kMode == kPagedSeq) {
-            v_page = k_page;
-            if (key_first - Tr::kBlockN >= keys_min) k_page = fetch_page(key_first - Tr::kBlockN);
-        }
-    };
+    FwdSm90KvLoader<Tr, kMode, kKv> kv{args, seq, kv_head, tid, warp, lane,
+                                           n_block_min * Tr::kBlockN};
 
     float o[1][Tr::kDTiles][4];
     zero(o);
@@ -288,10 +166,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
         cp_async_commit();
         int n_block = n_block_end - 1;
         if constexpr (!kProducer) {
-            if constexpr (kMode == kPagedSeq) k_page = fetch_page(n_block * Tr::kBlockN);
-            load_k(k_smem, n_block * Tr::kBlockN, 0);
+            if constexpr (kMode == kPagedSeq) kv.k_page = kv.fetch_page(n_block * Tr::kBlockN);
+            kv.template load<false>(k_smem, k_full(0), n_block * Tr::kBlockN);
             cp_async_commit();
-            advance_pages(n_block * Tr::kBlockN);
+            kv.advance_pages(n_block * Tr::kBlockN);
         }
         // A packed batch's checks: a failed sequence writes nothing (its first copies,
         // already issued, read only in-range rows; they land before the block ends).
@@ -326,22 +204,22 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             // Tile j's K and V (paged: from the pages k_page holds, v_page for tile 0).
             const auto copy_k = [&](int j) {
                 if constexpr (kMode == kPagedSeq)
-                    copy_paged_tile(&args.k_map, k_smem, bars, key_of(j), k_page);
+                    kv.copy_paged_tile(&args.k_map, k_smem, bars, key_of(j), kv.k_page);
                 else
-                    copy_tile(&args.k_map, k_smem, bars, key_of(j));
+                    kv.copy_tile(&args.k_map, k_smem, bars, key_of(j));
             };
             const auto copy_v = [&](int j) {
                 if constexpr (kMode == kPagedSeq)
-                    copy_paged_tile(&args.v_map, v_tile(j), v_bar(j), key_of(j),
-                                    j == 0 ? v_page : k_page);
+                    kv.copy_paged_tile(&args.v_map, v_tile(j), v_bar(j), key_of(j),
+                                       j == 0 ? kv.v_page : kv.k_page);
                 else
-                    copy_tile(&args.v_map, v_tile(j), v_bar(j), key_of(j));
+                    kv.copy_tile(&args.v_map, v_tile(j), v_bar(j), key_of(j));
             };
             // Paged: after tile j - 1's copies, k_page takes tile j's pages (read a tile
             // before they are used).
             const auto fetch_pages = [&](int j) {
                 if constexpr (kMode == kPagedSeq)
-                    if (j < tiles) k_page = fetch_page(key_of(j));
+                    if (j < tiles) kv.k_page = kv.fetch_page(key_of(j));
             };
             // Tile j's K landed (the producer's cp.async rows then need a proxy fence).
             const auto wait_k = [&](int j) {
@@ -556,7 +434,7 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 fence_proxy_async();
                 // ...visible to wgmma; every warp is done with V and K(other)
                 __syncthreads();
-                load_v(v_smem, key_first);
+                kv.template load<true>(v_smem, v_full, key_first);
                 cp_async_commit();
 
                 float s[1][Tr::kNTiles][4];
@@ -575,10 +453,10 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 // S does not read).
                 const bool prefetch = n_block > n_block_min;
                 if (prefetch) {
-                    load_k(k_smem + ((it + 1) & 1) * Tr::kKVBytes, key_first - Tr::kBlockN,
-                           it + 1);
+                    kv.template load<false>(k_smem + ((it + 1) & 1) * Tr::kKVBytes, k_full(it + 1),
+                                            key_first - Tr::kBlockN);
                     cp_async_commit();
-                    advance_pages(key_first - Tr::kBlockN);
+                    kv.advance_pages(key_first - Tr::kBlockN);
                 }
                 wgmma_wait<0>();
                 reg_fence(s[0]);

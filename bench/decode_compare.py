@@ -176,12 +176,12 @@ def main():
                 print(f"  {name} unavailable: {str(e).splitlines()[0]}")
                 rate[name] = alone[name] = float("nan")
         line = (f"decode {b} x {sk:6d} GQA {hq}:{hkv} d={d:3d} splits="
-                f"{fa2.plan.decode_splits:2d} layers={len(layers)}  fa2 {rate['fa2']:.2f}  "
+                f"{fa2.plan.splits:2d} layers={len(layers)}  fa2 {rate['fa2']:.2f}  "
                 f"flash {rate['flash']:.2f}  cudnn {rate['cudnn']:.2f}  fa2/copy "
                 f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}  "
                 f"fa2/flash {rate['fa2'] / rate['flash']:.2f}")
         row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
-                   splits=fa2.plan.decode_splits, layers=len(layers), copy=copy, **rate,
+                   splits=fa2.plan.splits, layers=len(layers), copy=copy, **rate,
                    **{f"alone_{n}": x for n, x in alone.items()})
         if i == 0:  # one call replayed alone, and where the time of such a step goes
             line += (f"\n  (one call replayed alone, K/V in L2: fa2 {alone['fa2']:.2f}  "

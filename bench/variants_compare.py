@@ -71,7 +71,7 @@ def shape_case(lib, name, b, sq, sk, hq, hkv, d, causal, rounds, iters, variants
         rows += backward_costs(lib, name, sets, plain, causal, (slopes, schedule), sinks,
                                rounds, iters, variants)
     base = statistics.median(times[0])
-    print(f"{name}: plain {base * 1e3:.1f} us (decode splits {plain.decode_splits})")
+    print(f"{name}: plain {base * 1e3:.1f} us (decode splits {plain.splits})")
     for (variant, _), t in zip(variants, times[1:]):
         cost, lo, hi = ratio(t, times[0])
         print(f"variant {variant:10s} {name:34s} time / plain {cost:.3f} "

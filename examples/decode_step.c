@@ -193,9 +193,9 @@ int main(void)
     printf("fa2_decode_step: %d sequences, GQA %d:%d, d=%d, pages of %d keys; %s, %d key "
            "splits\n",
            kSeqs, kHeadsQ, kHeadsKV, kHeadDim, kPage,
-           plan.decode_splits ? "decode kernel"
+           plan.splits ? "decode kernel"
                               : plan.fwd_arch == 90 ? "Hopper kernels" : "mma.sync kernels",
-           (int)(plan.decode_splits ? plan.decode_splits : 1));
+           (int)(plan.splits ? plan.splits : 1));
 
     engine_t e = {0};
     e.k = calloc((size_t)kPages * kPage * ROW, sizeof(float));

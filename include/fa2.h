@@ -276,9 +276,9 @@ typedef enum fa2_varlen_check_t {
 /* Decode: when the query heads that share a kv head times the (planned) query tokens
  * are at most 16 (one query token with GQA groups up to 16, or up to 16 tokens of
  * speculative decoding with MHA) and the head-dim bucket is 64, 128 or 256, fa2_plan
- * picks the decode kernel (plan->decode_splits >= 1): it reads each K/V row once per kv
+ * picks the decode kernel (plan->splits >= 1): it reads each K/V row once per kv
  * head. With max_splits > 1 it may also split each sequence's keys across blocks so
- * that a small batch fills the GPU (plan->decode_splits splits, chosen from the planned
+ * that a small batch fills the GPU (plan->splits splits, chosen from the planned
  * shape and the device, fixed for the plan: graph replays keep it); the splits' partial
  * results then live in the workspace (plan->workspace_bytes) and are merged on the GPU
  * before the call returns its O and LSE. */
@@ -334,7 +334,7 @@ typedef enum fa2_fwd_kernel_t {
     FA2_FWD_KERNEL_WGMMA_PRODUCER = 6,   /* Hopper wgmma, a producer warpgroup loading K and V
                                             for two math warpgroups (dense or paged) */
     FA2_FWD_KERNEL_DECODE = 7            /* few query rows per kv head: the decode kernel,
-                                            plan->decode_splits splits */
+                                            plan->splits splits */
 } fa2_fwd_kernel_t;
 
 /* The backward kernels a plan runs (plan->bwd_kernel). */
@@ -390,7 +390,7 @@ typedef struct fa2_plan_t {
     int32_t bwd_arch;            /* backward kernel family: 90 = Hopper wgmma kernels
                                     (sm_90, head-dim buckets 64/128/256, both modes),
                                     80 = mma.sync */
-    int32_t decode_splits;       /* 0: the forward runs the prefill kernels; n >= 1: the
+    int32_t splits;              /* 0: the forward runs the prefill kernels; n >= 1: the
                                     decode kernel (few query rows per kv head), each
                                     sequence's keys in n splits merged after (n > 1 needs
                                     the workspace). grid_blocks and smem_bytes are then
@@ -399,17 +399,16 @@ typedef struct fa2_plan_t {
     int32_t fwd_scores;          /* fa2_scores_t: its score code */
     int32_t page_box_rows;       /* FA2_FWD_KERNEL_WGMMA_PAGED_TMA: rows per TMA box, else 0 */
     int32_t decode_stages;       /* FA2_FWD_KERNEL_DECODE: K/V tiles in flight per warp */
-    int32_t decode_split_tiles;  /* FA2_FWD_KERNEL_DECODE: key tiles per split in
+    int32_t split_tiles;         /* FA2_FWD_KERNEL_DECODE: key tiles per split in
                                     batch-invariant mode, else 0 (each sequence's tiles
                                     divided evenly over the splits) */
     int32_t bwd_kernel;          /* fa2_bwd_kernel_t: the backward kernels that run */
     int32_t bwd_scores;          /* fa2_scores_t of the backward kernels: PLAIN or GENERAL */
     int64_t bwd_accum_offset;    /* where the fp32 dQ accumulator lies in the backward's
                                     workspace, or 0: dQ by a dQ kernel, without atomics */
-    int64_t split_rows;          /* decode_splits > 1: the workspace holds the splits'
-                                    fp32 LSE [decode_splits, heads_q, split_rows] from byte */
-    int64_t split_lse_offset;    /* split_lse_offset and their fp32 O [decode_splits, */
-    int64_t split_o_offset;      /* split_rows, heads_q, head_dim] from split_o_offset */
+    int64_t split_rows;          /* splits > 1: the workspace holds the splits' fp32 LSE */
+    int64_t split_lse_offset;    /* [splits, heads_q, split_rows] from byte split_lse_offset */
+    int64_t split_o_offset;      /* and O [splits, split_rows, heads_q, head_dim] from here */
     fa2_device_info_t device;    /* the device the plan was made for (a copy) */
 } fa2_plan_t;
 

@@ -146,14 +146,14 @@ fa2_status_t fa2_run_forward(const fa2_plan_t *plan, const void *q, const void *
     p.fwd_kernel = plan->fwd_kernel;
     p.scores = plan->fwd_scores;
     p.page_box_rows = plan->page_box_rows;
-    p.decode_splits = plan->decode_splits;
-    p.decode_split_tiles = plan->decode_split_tiles;
+    p.splits = plan->splits;
+    p.split_tiles = plan->split_tiles;
     p.decode_stages = plan->decode_stages;
     p.softcap = plan->problem.softcap;
     p.alibi_slopes = scores ? scores->alibi_slopes : NULL;
     p.alibi_batch_stride = plan->problem.alibi_batch_stride;
     p.sinks = scores ? scores->sinks : NULL;
-    if (plan->decode_splits > 1) {
+    if (plan->splits > 1) {
         p.accum_rows = plan->split_rows;
         p.lse_accum = (float *)((char *)workspace + plan->split_lse_offset);
         p.o_accum = (float *)((char *)workspace + plan->split_o_offset);

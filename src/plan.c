@@ -231,21 +231,21 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
     out.fwd_arch = tile.arch;
     out.fwd_kernel = tile.kernel;
     out.page_box_rows = tile.page_box_rows;
-    out.decode_splits = fa2_decode_splits(problem, device, tile.head_dim_bucket);
-    if (out.decode_splits) { /* one block per (sequence, kv head, split) */
+    out.splits = fa2_decode_splits(problem, device, tile.head_dim_bucket);
+    if (out.splits) { /* one block per (sequence, kv head, split) */
         out.fwd_kernel = FA2_FWD_KERNEL_DECODE;
         out.page_box_rows = 0;
-        out.grid_blocks = problem->batch * problem->heads_kv * out.decode_splits;
+        out.grid_blocks = problem->batch * problem->heads_kv * out.splits;
         out.decode_stages = fa2_decode_stages(tile.head_dim_bucket, device->smem_per_block_optin);
-        out.decode_split_tiles = fa2_decode_split_tiles(problem, tile.head_dim_bucket);
+        out.split_tiles = fa2_decode_split_tiles(problem, tile.head_dim_bucket);
         out.smem_bytes = FA2_DECODE_SMEM_BYTES(tile.head_dim_bucket, out.decode_stages);
     }
     out.fwd_scores = forward_scores(problem, out.fwd_kernel);
     fa2_fwd_workspace_t fws;
-    if (!fa2_fwd_workspace_layout(problem, out.decode_splits, &fws))
+    if (!fa2_fwd_workspace_layout(problem, out.splits, &fws))
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW, "the forward's workspace overflows int64");
     out.workspace_bytes = fws.total_bytes;
-    if (out.decode_splits > 1) {
+    if (out.splits > 1) {
         out.split_rows = fws.rows;
         out.split_lse_offset = fws.lse_offset;
         out.split_o_offset = fws.o_offset;

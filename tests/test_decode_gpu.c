@@ -2,7 +2,7 @@
  *
  * Dense cases: 1 to 16 query tokens, GQA groups 1, 2, 4, 8, 16 and MQA, head dims 64,
  * 128 and 256, batch 1 to 64, key counts 0, 1, 17, 300, 1000 to 128k, causal and
- * windows, with and without key splits (plan->decode_splits checked: the decode kernel
+ * windows, with and without key splits (plan->splits checked: the decode kernel
  * runs, and splits where the case asks for them), planned for this device and again
  * for an A100's record (the two-stage pipeline), and with the score variants (softcap,
  * ALiBi, sinks) through fa2_forward_with. Split and unsplit runs of one problem equally
@@ -91,8 +91,8 @@ static int run_case(long index, const decode_case_t *c, const fa2_device_info_t 
         printf(" : fa2_plan: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
         return 0;
     }
-    printf(" [decode splits %d, %d B shared]", (int)plan.decode_splits, (int)plan.smem_bytes);
-    const int shape_ok = plan.decode_splits >= 1 && (plan.decode_splits > 1) == c->want_splits;
+    printf(" [decode splits %d, %d B shared]", (int)plan.splits, (int)plan.smem_bytes);
+    const int shape_ok = plan.splits >= 1 && (plan.splits > 1) == c->want_splits;
     const int64_t nq = c->batch * c->seqlen_q * c->heads_q * c->head_dim,
                   nk = c->batch * c->seqlen_k * c->heads_kv * c->head_dim,
                   n_lse = c->batch * c->heads_q * c->seqlen_q;
@@ -265,7 +265,7 @@ static long run_varlen(int64_t page, int64_t d, int64_t hkv)
     assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
     printf("varlen decode %s (page %" PRId64 "), d=%" PRId64 ", GQA 32:%" PRId64
            ": [decode splits %d]",
-           paged ? "paged" : "packed", page, d, hkv, (int)plan.decode_splits);
+           paged ? "paged" : "packed", page, d, hkv, (int)plan.splits);
     const int64_t nq = total_q * hq * d, nk = k_rows * hkv * d;
     float *qv = malloc(sizeof(float) * nq), *kv = malloc(sizeof(float) * nk),
           *vv = malloc(sizeof(float) * nk), *ks = malloc(sizeof(float) * max_k * hkv * d),
@@ -328,7 +328,7 @@ static long run_varlen(int64_t page, int64_t d, int64_t hkv)
     for (int64_t r = cu_q[N]; r < total_q; ++r)
         for (int64_t x = 0; x < hq * d; ++x)
             poison_lost += ob[r * hq * d + x] != 0xFFFFu;
-    failed = !(plan.decode_splits > 1 && worst <= 1e-2 && poison_lost == 0);
+    failed = !(plan.splits > 1 && worst <= 1e-2 && poison_lost == 0);
     printf(" worst sequence %.2e, written_outside=%" PRId64 " %s\n", worst, poison_lost,
            failed ? "FAIL" : "PASS");
 cleanup:
@@ -376,7 +376,7 @@ static void test_batch_invariant(void **state)
         p.batch_invariant = 1;
         fa2_plan_t plan;
         assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
-        splits[run] = plan.decode_splits;
+        splits[run] = plan.splits;
         void *dq = device_buffer(qb + first * row_q, 2 * batch * row_q),
              *dk = device_buffer(kb + first * row_k, 2 * batch * row_k),
              *dv = device_buffer(vb + first * row_k, 2 * batch * row_k),
@@ -435,7 +435,7 @@ static void test_split_agrees(void **state)
         p.max_splits = run ? 64 : 0;
         fa2_plan_t plan;
         assert_int_equal(fa2_plan(&p, &g_info, &plan), FA2_SUCCESS);
-        splits[run] = plan.decode_splits;
+        splits[run] = plan.splits;
         void *d_o = device_buffer(NULL, 2 * nq),
              *ws = device_buffer(NULL, (size_t)plan.workspace_bytes);
         float *dlse = device_buffer(NULL, sizeof(float) * hq);
@@ -516,12 +516,12 @@ static void test_decode_limits(void **state)
                 o_bad += !(fabs(oracle_float_from_bits(ob[h * d + x], BF16) - vv[x]) <=
                            0x1p-8 * fabs(vv[x]) + 1e-6);
         }
-        const int pass = (invariant ? plan.decode_splits == FA2_MAX_SPLITS
-                                    : plan.decode_splits > 1) &&
+        const int pass = (invariant ? plan.splits == FA2_MAX_SPLITS
+                                    : plan.splits > 1) &&
                          o_bad == 0 && lse_bad == 0;
         printf("limit: seqlen_k=%" PRId64 " max_splits=%d batch_invariant=%d [decode splits %d]"
                " : o_bad=%" PRId64 " lse_bad=%" PRId64 " %s\n",
-               sk, FA2_MAX_SPLITS, invariant, (int)plan.decode_splits, o_bad, lse_bad,
+               sk, FA2_MAX_SPLITS, invariant, (int)plan.splits, o_bad, lse_bad,
                pass ? "PASS" : "FAIL");
         failed += !pass;
     }

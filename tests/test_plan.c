@@ -356,10 +356,10 @@ static void check_kernel_choice(const fa2_problem_t *p, const fa2_plan_t *pl, co
                                                : FA2_SCORES_GENERAL);
     assert_int_equal(pl->decode_stages, decode ? (deep_fits ? 3 : 2) : 0);
     if (!decode || !p->batch_invariant)
-        assert_int_equal(pl->decode_split_tiles, 0);
-    if (pl->decode_splits > 1) {
+        assert_int_equal(pl->split_tiles, 0);
+    if (pl->splits > 1) {
         const int64_t rows = p->total_q ? p->total_q : p->batch * p->seqlen_q;
-        const int64_t lse = (int64_t)pl->decode_splits * p->heads_q * rows * 4;
+        const int64_t lse = (int64_t)pl->splits * p->heads_q * rows * 4;
         assert_int_equal(pl->split_rows, rows);
         assert_int_equal(pl->split_lse_offset % 256, 0);
         assert_true(pl->split_lse_offset >= (p->total_q ? 4 * p->batch : 0));
@@ -414,11 +414,11 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
                                     : 16 * row_bytes + 4 * 2 * 2 * keys * row_bytes;
     const int decode = decode_bucket && decode_rows <= 16 &&
                        decode_smem <= d->smem_per_block_optin;
-    assert_int_equal(pl->decode_splits > 0, decode);
-    assert_true(pl->decode_splits <= (p->max_splits > 1 ? p->max_splits : 1));
+    assert_int_equal(pl->splits > 0, decode);
+    assert_true(pl->splits <= (p->max_splits > 1 ? p->max_splits : 1));
     if (decode) {
         assert_int_equal(pl->smem_bytes, decode_smem);
-        assert_int_equal(pl->grid_blocks, p->batch * p->heads_kv * pl->decode_splits);
+        assert_int_equal(pl->grid_blocks, p->batch * p->heads_kv * pl->splits);
     } else {
         assert_int_equal(pl->smem_bytes, t->smem);
         /* Q (Br rows) + K double buffer + V (Bc rows each), rows of >= d 2-byte values. */
@@ -438,10 +438,10 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     }
     /* Workspace: none, unless the decode kernel splits the keys (fp32 O and LSE per
      * split, row and query head). */
-    if (pl->decode_splits <= 1)
+    if (pl->splits <= 1)
         assert_int_equal(pl->workspace_bytes, 0);
     else
-        assert_true(pl->workspace_bytes >= (int64_t)pl->decode_splits * p->batch * p->seqlen_q *
+        assert_true(pl->workspace_bytes >= (int64_t)pl->splits * p->batch * p->seqlen_q *
                                                p->heads_q * (p->head_dim + 1) * 4);
 
     /* Backward: the kernel family and tiles of the table for this device and mode;
@@ -789,7 +789,7 @@ static void test_bucket_mapping_and_scale(void **state)
  * splits fill one wave; the workspace then holds 17 x 32 LSEs (2176 bytes, padded to
  * 2304) and 17 x 32 x 128 fp32 values of O. Without max_splits: no split, no workspace.
  * Five query tokens of GQA 4 (20 rows) are past the decode kernel's 16. */
-static void test_decode_splits(void **state)
+static void test_splits(void **state)
 {
     (void)state;
     const fa2_device_info_t d = device(232448);
@@ -801,7 +801,7 @@ static void test_decode_splits(void **state)
     /* 8 kv heads; 132 multiprocessors holding one block each. 16 splits fill 128/132 of
      * one wave, 33 all of two (the best), 15 only 120/132: 16 is the smallest within 5 %
      * of the best. */
-    assert_int_equal(pl.decode_splits, 16);
+    assert_int_equal(pl.splits, 16);
     assert_int_equal(pl.grid_blocks, 8 * 16);
     assert_int_equal(pl.workspace_bytes, 16 * 32 * 4 + 16 * 32 * 128 * 4);
     assert_int_equal(pl.fwd_kernel, FA2_FWD_KERNEL_DECODE);
@@ -817,26 +817,26 @@ static void test_decode_splits(void **state)
     assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
     assert_int_equal(pl.smem_bytes, 16 * 256 + 4 * 2 * 2 * 32 * 256);
     assert_int_equal(pl.decode_stages, 2);
-    assert_int_equal(pl.decode_splits, 13);
+    assert_int_equal(pl.splits, 13);
     other = device80(101376); /* 99 KiB: no depth fits, the prefill kernels */
     assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.decode_splits, 0);
+    assert_int_equal(pl.splits, 0);
     assert_int_equal(pl.decode_stages, 0);
     assert_int_equal(pl.fwd_kernel, FA2_FWD_KERNEL_MMA);
     p.max_splits = 8; /* capped */
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.decode_splits, 8);
+    assert_int_equal(pl.splits, 8);
     p.max_splits = 0;
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.decode_splits, 1);
+    assert_int_equal(pl.splits, 1);
     assert_int_equal(pl.workspace_bytes, 0);
     p.seqlen_k = 64; /* 2 tiles: fewer than one per warp, no split */
     p.max_splits = 64;
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.decode_splits, 1);
+    assert_int_equal(pl.splits, 1);
     fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 5, 8192, 32, 8, 128);
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.decode_splits, 0);
+    assert_int_equal(pl.splits, 0);
     /* Batch-invariant: 256 key tiles of 32, 32 tiles per split (64 splits could hold
      * them 4 a split: the floor of 32 wins), 8 splits whatever the batch. */
     for (int64_t batch = 1; batch <= 64; batch *= 4) {
@@ -844,13 +844,13 @@ static void test_decode_splits(void **state)
         p.max_splits = 64;
         p.batch_invariant = 1;
         assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-        assert_int_equal(pl.decode_splits, 8);
-        assert_int_equal(pl.decode_split_tiles, 32);
+        assert_int_equal(pl.splits, 8);
+        assert_int_equal(pl.split_tiles, 32);
     }
     p.seqlen_k = 1 << 20; /* 32768 tiles: 64 splits of 512 */
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.decode_splits, 64);
-    assert_int_equal(pl.decode_split_tiles, 512);
+    assert_int_equal(pl.splits, 64);
+    assert_int_equal(pl.split_tiles, 512);
     p.batch_invariant = 2;
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_ERROR_INVALID_SIZE);
     p.max_splits = FA2_MAX_SPLITS + 1;
@@ -870,7 +870,7 @@ static void test_grid(void **state)
         fa2_problem_init(&p, FA2_DTYPE_BF16, 5, lens[i], 3, 6, 3, 64);
         assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
         br = pl.block_m;
-        if (!pl.decode_splits) /* else: one block per (sequence, kv head, split) */
+        if (!pl.splits) /* else: one block per (sequence, kv head, split) */
             assert_int_equal(pl.grid_blocks, 5 * 6 * ((lens[i] + br - 1) / br));
         check_plan(&p, &d, &pl);
     }
@@ -1131,7 +1131,7 @@ int main(void)
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_bucket_mapping_and_scale),
         cmocka_unit_test(test_grid),
-        cmocka_unit_test(test_decode_splits),
+        cmocka_unit_test(test_splits),
         cmocka_unit_test(test_paged_loaders),
         cmocka_unit_test(test_device_runs_plan),
         cmocka_unit_test(test_tma_layouts),

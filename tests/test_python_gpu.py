@@ -716,7 +716,7 @@ def decode_cases():
     for num_splits in (0, 1):
         n += 1
         splits = fa2.plan_for(q, k, v, causal=True,
-                              max_splits=_tensors._max_splits(num_splits)).decode_splits
+                              max_splits=_tensors._max_splits(num_splits)).splits
         label = f"forward decode bf16 b=2 sk=8192 GQA 32:8 num_splits={num_splits}"
         try:
             o = fa2.forward(q, k, v, causal=True, num_splits=num_splits)

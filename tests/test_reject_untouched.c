@@ -356,7 +356,7 @@ static void test_forward_rejections(void **state)
     dp.max_splits = 64;
     fa2_plan_t split_plan;
     assert_int_equal(fa2_plan(&dp, &g_plan.device, &split_plan), FA2_SUCCESS);
-    assert_true(split_plan.decode_splits > 1 && split_plan.workspace_bytes > 0 &&
+    assert_true(split_plan.splits > 1 && split_plan.workspace_bytes > 0 &&
                 split_plan.workspace_bytes <= BUF);
     const size_t ws_bytes = (size_t)split_plan.workspace_bytes;
     FWD("decode splits: workspace NULL",

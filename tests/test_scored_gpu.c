@@ -96,7 +96,7 @@ static int run_dense(long index, fa2_dtype_t dt, int64_t b, int64_t sq, int64_t 
         printf(" : fa2_plan: %s (%s) FAIL\n", fa2_status_string(st), fa2_last_error());
         return 0;
     }
-    printf(" [fwd_arch %d, decode splits %d]", (int)plan.fwd_arch, (int)plan.decode_splits);
+    printf(" [fwd_arch %d, decode splits %d]", (int)plan.fwd_arch, (int)plan.splits);
     const int64_t nq = b * sq * hq * d, nk = b * sk * hkv * d, nl = b * hq * sq;
     float *qv = malloc(sizeof(float) * (size_t)nq), *kv = malloc(sizeof(float) * (size_t)(nk + 1)),
           *vv = malloc(sizeof(float) * (size_t)(nk + 1)), *lse = malloc(sizeof(float) * (size_t)nl),

@@ -127,8 +127,8 @@ typedef struct fa2_params_t {
        splits' results go to the workspace (o_accum fp32 [n, accum_rows, heads_q,
        head_dim], lse_accum [n, heads_q, accum_rows]; accum_rows = batch * seqlen_q, or
        total_q) and a combine kernel writes O and the LSE. */
-    int32_t decode_splits;
-    int32_t decode_split_tiles; /* > 0: each split this many key tiles (batch-invariant);
+    int32_t splits;
+    int32_t split_tiles;        /* > 0: each split this many key tiles (batch-invariant);
                                    0: a sequence's tiles divided evenly over the splits */
     int32_t decode_stages;      /* the decode kernel's pipeline depth (compiled ones:
                                    FA2_DECODE_STAGE_COUNTS) */

@@ -3,7 +3,7 @@
 //   - packed GQA: the query heads that share the kv head, times the query tokens (at
 //     most 16 rows: kRows), are the M rows of one mma tile, so each K/V byte is read
 //     once per kv head, not once per query head;
-//   - split-KV: the sequence's keys are cut into decode_splits ranges, one block each,
+//   - split-KV: the sequence's keys are cut into splits ranges, one block each,
 //     so that a small batch still fills the GPU; the splits' results are merged by the
 //     combine kernel (decode_run.cuh);
 //   - the four warps of a block each stream their own key tiles (tile w, w + 4, ...; 16
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     extern __shared__ __align__(128) uint8_t smem[];
     allow_dependent_launch();  // the combine kernel's blocks may wait on the free SMs
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int splits = p.decode_splits;
+    const int splits = p.splits;
     const int split = static_cast<int>(blockIdx.x % splits);
     const int kv_head = static_cast<int>(blockIdx.x / splits % p.heads_kv);
     const int batch = static_cast<int>(blockIdx.x / splits / p.heads_kv);
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     // This split's tiles of kKeys keys.
     const int tiles = hi > lo ? (hi - lo + Tr::kKeys - 1) / Tr::kKeys : 0;
     const int per_split =
-        p.decode_split_tiles > 0 ? p.decode_split_tiles : (tiles + splits - 1) / splits;
+        p.split_tiles > 0 ? p.split_tiles : (tiles + splits - 1) / splits;
     const int t_first = split * per_split;
     const int t_end = m_real > 0 ? min(tiles, t_first + per_split) : t_first;
 

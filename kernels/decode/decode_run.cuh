@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t 
     if (kMode != kDenseSeq && p.varlen_check[batch] != FA2_VARLEN_OK) return;
     if (token >= seq.seqlen_q) return;
     const int64_t row = accum_row(p, seq, token);
-    const int splits = p.decode_splits;
+    const int splits = p.splits;
 
     const float *lse_part = p.lse_accum + static_cast<int64_t>(head) * p.accum_rows + row;
     const int64_t lse_stride = static_cast<int64_t>(p.heads_q) * p.accum_rows;
@@ -103,7 +103,7 @@ template <typename Elem, int kHeadDim, int kStages>
 cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
-    const int64_t grid = static_cast<int64_t>(p.batch) * p.heads_kv * p.decode_splits;
+    const int64_t grid = static_cast<int64_t>(p.batch) * p.heads_kv * p.splits;
     const bool scored = p.scores != FA2_SCORES_PLAIN;
     const auto kernel = scored ? (p.page_table     ? decode_kernel<Tr, kPagedSeq, true>
                                   : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq, true>
@@ -112,7 +112,7 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
                                   : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq, false>
                                                    : decode_kernel<Tr, kDenseSeq, false>);
     const cudaError_t err = launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
-    if (err != cudaSuccess || p.decode_splits == 1) return err;
+    if (err != cudaSuccess || p.splits == 1) return err;
     constexpr int kWarps = 4;
     const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
     const auto combine = p.page_table     ? decode_combine_kernel<Elem, kPagedSeq>

@@ -99,9 +99,9 @@ class PlanStruct(ctypes.Structure):
                                        "bwd_dq_block_n")]
                 + [("bwd_smem_bytes", _i64), ("bwd_workspace_bytes", _i64),
                    ("bwd_supported", _i32), ("bwd_status", _i32),
-                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("decode_splits", _i32)]
+                   ("fwd_arch", _i32), ("bwd_arch", _i32), ("splits", _i32)]
                 + [(n, _i32) for n in ("fwd_kernel", "fwd_scores", "page_box_rows",
-                                       "decode_stages", "decode_split_tiles", "bwd_kernel",
+                                       "decode_stages", "split_tiles", "bwd_kernel",
                                        "bwd_scores")]
                 + [(n, _i64) for n in ("bwd_accum_offset", "split_rows", "split_lse_offset",
                                        "split_o_offset")]

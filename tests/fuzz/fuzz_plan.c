@@ -24,7 +24,7 @@
  *    empty; on success the message is empty and the plan fits the device it was given
  *    (smem_bytes <= smem_per_block_optin), block_m and block_n are multiples of 16,
  *    grid_blocks == batch * heads_q * ceil(seqlen_q / block_m) <= 2^31-1 (the decode
- *    kernel: batch * heads_kv * decode_splits, only for its problems), the problem
+ *    kernel: batch * heads_kv * splits, only for its problems), the problem
  *    is copied unchanged (scale resolved), the backward fields agree with
  *    bwd_supported / bwd_status, and fwd_arch / bwd_arch are 80 or 90, 90 only on a
  *    cc 9.0 device (the backward in both modes), exactly for the buckets of
@@ -230,28 +230,28 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->smem_bytes > 0 && pl->smem_bytes <= dev->smem_per_block_optin);
     /* the decode kernel: only for <= 16 rows of query heads per kv head x tokens, and
      * splits only up to max_splits; its grid is one block per (sequence, kv head, split) */
-    CHECK(pl->decode_splits >= 0);
-    CHECK((pl->fwd_kernel == FA2_FWD_KERNEL_DECODE) == (pl->decode_splits > 0));
+    CHECK(pl->splits >= 0);
+    CHECK((pl->fwd_kernel == FA2_FWD_KERNEL_DECODE) == (pl->splits > 0));
     CHECK(pl->fwd_kernel >= FA2_FWD_KERNEL_MMA && pl->fwd_kernel <= FA2_FWD_KERNEL_DECODE);
     CHECK((pl->fwd_arch == 90) == (pl->fwd_kernel >= FA2_FWD_KERNEL_WGMMA &&
                                    pl->fwd_kernel <= FA2_FWD_KERNEL_WGMMA_PRODUCER) ||
           pl->fwd_kernel == FA2_FWD_KERNEL_DECODE);
     CHECK((pl->page_box_rows > 0) == (pl->fwd_kernel == FA2_FWD_KERNEL_WGMMA_PAGED_TMA));
     CHECK(pl->fwd_scores == FA2_SCORES_PLAIN || q->softcap != 0.0f || q->alibi);
-    CHECK((pl->split_o_offset > 0) == (pl->decode_splits > 1));
+    CHECK((pl->split_o_offset > 0) == (pl->splits > 1));
     CHECK(pl->split_o_offset <= pl->workspace_bytes);
-    CHECK(!pl->decode_splits || q->heads_q / q->heads_kv * q->seqlen_q <= 16);
-    CHECK(pl->decode_splits <= (q->max_splits > 1 ? q->max_splits : 1));
-    if (pl->decode_splits)
-        CHECK(pl->grid_blocks == q->batch * q->heads_kv * pl->decode_splits);
+    CHECK(!pl->splits || q->heads_q / q->heads_kv * q->seqlen_q <= 16);
+    CHECK(pl->splits <= (q->max_splits > 1 ? q->max_splits : 1));
+    if (pl->splits)
+        CHECK(pl->grid_blocks == q->batch * q->heads_kv * pl->splits);
     else
         CHECK(pl->grid_blocks == q->batch * q->heads_q * ceil_div(q->seqlen_q, pl->block_m));
     CHECK(pl->grid_blocks >= 1 && pl->grid_blocks <= INT32_MAX);
-    if (pl->decode_splits <= 1)
+    if (pl->splits <= 1)
         CHECK(pl->workspace_bytes == (q->total_q ? 4 * q->batch : 0));
     else /* the records, then each split's LSE and fp32 O per row and query head */
         CHECK(pl->workspace_bytes >= (q->total_q ? 4 * q->batch : 0) +
-                                         (int64_t)pl->decode_splits *
+                                         (int64_t)pl->splits *
                                              (q->total_q ? q->total_q : q->batch * q->seqlen_q) *
                                              q->heads_q * (q->head_dim + 1) * 4);
     CHECK(pl->block_m_rule >= FA2_RULE_SEED_SRAM && pl->block_m_rule <= FA2_RULE_KERNEL_TILE);
@@ -494,8 +494,8 @@ static void fuzz_forward(const fa2_plan_t *pl, const uint8_t *pb, uint64_t ws_by
         CHECK(g_shim.fwd.cu_seqlens_k == (paged ? NULL : cu_k));
         CHECK(g_shim.fwd.page_table == (paged ? pages : NULL));
         CHECK(g_shim.fwd.varlen_check == (varlen ? ws : NULL));
-        CHECK(g_shim.fwd.decode_splits == pl->decode_splits);
-        CHECK((pl->decode_splits > 1) == (g_shim.fwd.o_accum != NULL));
+        CHECK(g_shim.fwd.splits == pl->splits);
+        CHECK((pl->splits > 1) == (g_shim.fwd.o_accum != NULL));
     }
 }
 

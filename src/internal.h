@@ -79,6 +79,10 @@ int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile);
 int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
                             const fa2_device_info_t *device, fa2_fwd_tile_t *tile);
 
+/* The score code (fa2_scores_t) of forward kernel `kernel` (fa2_fwd_kernel_t) for a
+ * validated problem. */
+int32_t fa2_fwd_scores(const fa2_problem_t *problem, int32_t kernel);
+
 /* Every check fa2_plan makes; FA2_SUCCESS or the first failure (message set). */
 fa2_status_t fa2_validate_problem(const fa2_problem_t *problem,
                                   const fa2_device_info_t *device);

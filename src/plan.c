@@ -5,7 +5,6 @@
 
 #include "common/bwd_rows.h"
 #include "sm90/bwd_sm90_tiles.h"
-#include "sm90/fwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
 #include "sm80/fwd_tiles.h"
 #include "decode/decode_tiles.h"
@@ -165,18 +164,6 @@ static void plan_backward(const fa2_problem_t *pr, const fa2_device_info_t *devi
     out->bwd_supported = out->bwd_status == FA2_SUCCESS;
 }
 
-/* The score code of forward kernel `kernel` (fa2_fwd_kernel_t): a bounded softcap only
- * in the Hopper prefill kernels. */
-static int32_t forward_scores(const fa2_problem_t *pr, int32_t kernel)
-{
-    if (pr->softcap == 0.0f && !pr->alibi)
-        return FA2_SCORES_PLAIN;
-    if (kernel >= FA2_FWD_KERNEL_WGMMA && kernel <= FA2_FWD_KERNEL_WGMMA_PRODUCER &&
-        fa2_sm90_softcap_bounds_scores(pr->dtype, pr->softcap, pr->alibi))
-        return FA2_SCORES_BOUNDED_SOFTCAP;
-    return FA2_SCORES_GENERAL;
-}
-
 fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,
                       fa2_plan_t *plan)
 {
@@ -240,7 +227,7 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
         out.split_tiles = fa2_decode_split_tiles(problem, tile.head_dim_bucket);
         out.smem_bytes = FA2_DECODE_SMEM_BYTES(tile.head_dim_bucket, out.decode_stages);
     }
-    out.fwd_scores = forward_scores(problem, out.fwd_kernel);
+    out.fwd_scores = fa2_fwd_scores(problem, out.fwd_kernel);
     fa2_fwd_workspace_t fws;
     if (!fa2_fwd_workspace_layout(problem, out.splits, &fws))
         return fa2_fail(FA2_ERROR_SIZE_OVERFLOW, "the forward's workspace overflows int64");

@@ -68,49 +68,6 @@ int fa2_fwd_compact_tile(int64_t bucket, fa2_fwd_tile_t *tile)
 }
 #undef FA2_X
 
-int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
-                            const fa2_device_info_t *device, fa2_fwd_tile_t *tile)
-{
-#if defined(FA2_WITH_SM90A)
-    if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor) &&
-        fa2_kv_tma_ready(problem)) {
-/* A paged cache or a dense batch of enough rows may take the producer layout (its math
- * warpgroups and one more); other paged caches go by TMA boxes where pages and tiles
- * suit them, else by cp.async. */
-#define FA2_X(b, wg, bn)                                                                   \
-        if (bucket == (b)) {                                                               \
-            const int producer = fa2_fwd_sm90_takes_producer(                              \
-                (b), (wg), problem->page_size != 0,                                        \
-                problem->total_q == 0 ? problem->seqlen_q : 0, problem->dtype,             \
-                problem->softcap, problem->alibi);                                         \
-            const int math_wg = producer ? FA2_SM90_PRODUCER_WARPGROUPS : (wg);            \
-            tile->head_dim_bucket = (b);                                                   \
-            tile->block_m = 64 * math_wg;                                                  \
-            tile->block_n = (bn);                                                          \
-            tile->warps = 4 * (math_wg + producer);                                        \
-            tile->arch = 90;                                                               \
-            tile->page_box_rows = producer || !problem->page_size                          \
-                                      ? 0 : fa2_fwd_sm90_page_box_rows(problem, (bn));     \
-            tile->kernel = producer                ? FA2_FWD_KERNEL_WGMMA_PRODUCER         \
-                           : !problem->page_size   ? FA2_FWD_KERNEL_WGMMA                  \
-                           : tile->page_box_rows   ? FA2_FWD_KERNEL_WGMMA_PAGED_TMA        \
-                                                   : FA2_FWD_KERNEL_WGMMA_PAGED_COPY;      \
-            tile->smem_bytes =                                                             \
-                producer ? fa2_fwd_sm90_producer_smem_bytes((b), 64 * math_wg, (bn))       \
-                         : fa2_fwd_sm90_smem_bytes((b), 64 * math_wg, (bn));               \
-            return 1;                                                                      \
-        }
-        FA2_FWD_SM90_TILES(FA2_X)
-#undef FA2_X
-    }
-#endif
-    if (!fa2_fwd_tile(bucket, tile))
-        return 0;
-    if (tile->smem_bytes > device->smem_per_block_optin)
-        fa2_fwd_compact_tile(bucket, tile); /* where the main tile does not fit */
-    return 1;
-}
-
 fa2_status_t fa2_check_range(const char *name, int64_t value, int64_t lo, int64_t hi)
 {
     if (value < lo || value > hi)

@@ -964,7 +964,7 @@ static void test_tma_layouts(void **state)
 }
 
 /* A paged cache at d = 128 on the Hopper forward runs the producer layout where
- * fa2_fwd_sm90_takes_producer says so (softcap off, or bf16 with a softcap of at most
+ * src/plan_forward.c says so (softcap off, or bf16 with a softcap of at most
  * FA2_MAX_BOUNDED_SOFTCAP and no ALiBi), at every page size: the plan reports its tile
  * (two math warpgroups and the producer's, 128 rows), its grid and shared memory; a
  * dense batch as the tuning switch says. */

@@ -55,16 +55,16 @@ __device__ __forceinline__ ScoreVariants score_variants(const fa2_params_t &p, i
 
 // FA2_MAX_BOUNDED_SOFTCAP (common/params.h) is the largest softcap at which a softcapped
 // score y (in [-1, 1], score units) may be offset by a fixed offset c instead of its
-// row's maximum (OnlineSoftmax::update_bounded; which calls: fa2_sm90_softcap_bounds_scores,
-// sm90/fwd_sm90_tiles.h). c = fa2_bounded_softcap_offset(cap): the bound 1 up to a cap of
+// row's maximum (OnlineSoftmax::update_bounded; which calls: FA2_SCORES_BOUNDED_SOFTCAP,
+// src/plan_forward.c). c = fa2_bounded_softcap_offset(cap): the bound 1 up to a cap of
 // 33, so that every exp2((y - 1) cap log2(e)) is a normal float in [2^-95.3, 1] and a
 // row's sum at most its number of keys, as with the maximum; above 33 c drops so that
 // the smallest p stays 2^-95.3 and the largest grows to 2^49 at Gemma 2's 50, which fp32
 // sums and O and bf16 P still hold: the result is the same up to rounding.
 
 // Which scores a Hopper forward instance is compiled for, so that none carries another's
-// code: plain, a softcap that bounds them (fa2_sm90_softcap_bounds_scores), or any
-// variants.
+// code: plain, a softcap that bounds them (FA2_SCORES_BOUNDED_SOFTCAP, src/plan_forward.c),
+// or any variants.
 enum ScoreKind {
     kPlainScores = FA2_SCORES_PLAIN,
     kBoundedSoftcap = FA2_SCORES_BOUNDED_SOFTCAP,

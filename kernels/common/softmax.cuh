@@ -109,10 +109,10 @@ struct OnlineSoftmax {
     // Below this exponent (log2 units) exp2_approx's result is subnormal and flushed to 0.
     static constexpr float kUnderflowLog2 = -127.f;
 
-    // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi;
-    // sm90/fwd_sm90_tiles.h: fa2_sm90_softcap_bounds_scores): the exponent's offset is a
-    // fixed one (fa2_bounded_softcap_offset: the bound, or lower at large caps) instead of
-    // the running maximum, so no maximum is formed (no wait for the tile's scores before
+    // update() for scores bounded above by 1 (softcapped, in score units, without ALiBi:
+    // FA2_SCORES_BOUNDED_SOFTCAP, src/plan_forward.c): the exponent's offset is a fixed one
+    // (fa2_bounded_softcap_offset: the bound, or lower at large caps) instead of the
+    // running maximum, so no maximum is formed (no wait for the tile's scores before
     // the first exponential) and O is never rescaled. The caller set row_max to that
     // offset (bounded_init), which finish() and finish_with_sink() read; offset_log2 is
     // bounded_offset_log2(scale_log2).

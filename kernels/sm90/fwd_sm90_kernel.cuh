@@ -31,8 +31,7 @@ namespace fa2 {
 // kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScores (ScoreKind, common/score_variants.cuh): kPlainScores without softcap or ALiBi
 // (sinks alone run the plain instance, which adds the sink at the end); kBoundedSoftcap
-// for a softcap that bounds the scores (fa2_sm90_softcap_bounds_scores: no running
-// maximum);
+// for a softcap that bounds the scores (FA2_SCORES_BOUNDED_SOFTCAP: no running maximum);
 // kGeneralScores for the other softcaps and ALiBi.
 // kKv (KvCopy): by TMA, thread 0 issues a tile's boxes, or warp 0's lanes a
 // paged tile's, one page each (an mbarrier counts the bytes); by cp.async (paged only:

@@ -20,8 +20,7 @@ inline KvLayout kv_layout(const fa2_params_t &p, int64_t seq_stride, int64_t hea
             {1, head_stride, seq_stride, packed ? 0 : batch_stride}};
 }
 
-// Whether Elem has kBoundedSoftcap instances: bf16 only
-// (fa2_sm90_softcap_bounds_scores).
+// Whether Elem has kBoundedSoftcap instances: bf16 only (FA2_SCORES_BOUNDED_SOFTCAP).
 template <typename Elem>
 constexpr bool kBoundedSoftcapFor = false;
 template <>

@@ -43,22 +43,10 @@ static inline int64_t fa2_fwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t b
     return (block_m + 3 * block_n) * head_dim_bucket * 2 + 1024;
 }
 
-/* Whether the Hopper forward offsets softcapped scores by a fixed offset (their bound 1
- * in score units, lower above a cap of 33: fa2_bounded_softcap_offset, common/params.h)
- * instead of a running maximum: softcap on and at most FA2_MAX_BOUNDED_SOFTCAP, no ALiBi
- * (its distances have no lower bound), bf16 (whose P has fp32's exponent; fp16's 5 bits
- * would lose every row whose largest score lies 24 log2 units under the offset). */
-static inline int fa2_sm90_softcap_bounds_scores(int32_t dtype, float softcap, int alibi)
-{
-    return dtype == FA2_DTYPE_BF16 && softcap > 0.0f && softcap <= FA2_MAX_BOUNDED_SOFTCAP &&
-           !alibi;
-}
-
-/* The paged forward's producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket
- * whose tile has one warpgroup at d = 128, a paged cache runs blocks of one producer
- * warpgroup and FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one
- * block per SM), Bc as the tile's, in the overlapped loop's cases: softcap off, or on
- * and bounding the scores. */
+/* The producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket whose tile has
+ * one warpgroup at d = 128, blocks of one producer warpgroup and
+ * FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one block per SM), Bc
+ * as the tile's; which problems take it: src/plan_forward.c. */
 #define FA2_SM90_PRODUCER_WARPGROUPS 2
 #define FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) \
     ((head_dim_bucket) == 128 && (warpgroups) == 1)
@@ -82,40 +70,5 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
     return (block_m + (FA2_SM90_PRODUCER_K_STAGES + 2) * block_n) * head_dim_bucket * 2 + 1024;
 }
 
-/* Pages of fewer rows go by cp.async: on the H200 the paged forward by TMA (overlapped
- * loop) ran 0.93-0.95x cp.async's speed with 16-row boxes, 1.06x with 32. */
-#define FA2_SM90_MIN_PAGED_BOX_ROWS 32
-
-/* A paged cache's rows per TMA box for a tile of block_n keys, or 0 for cp.async: pages
- * and tiles nest (one's rows divide the other's), a box is whole 128-byte swizzle atoms
- * (8 rows) and at least FA2_SM90_MIN_PAGED_BOX_ROWS, and the cache's strides suit tensor
- * maps. */
-static inline int32_t fa2_fwd_sm90_page_box_rows(const fa2_problem_t *p, int64_t block_n)
-{
-    const int nest = p->page_size >= block_n ? p->page_size % block_n == 0
-                                             : block_n % p->page_size == 0;
-    const int64_t rows = p->page_size < block_n ? p->page_size : block_n;
-    if (!nest || rows % 8 != 0 || rows < FA2_SM90_MIN_PAGED_BOX_ROWS)
-        return 0;
-    return fa2_tma_kv_strides(p->num_pages, p->page_size, p->heads_kv, p->k_batch_stride,
-                              p->k_seq_stride, p->k_head_stride, p->v_batch_stride,
-                              p->v_seq_stride, p->v_head_stride)
-               ? (int32_t)rows
-               : 0;
-}
-
-/* paged: a paged cache; dense_rows: a dense batch's seqlen_q (0: not dense, a packed
- * batch when not paged either). A dense batch takes the layout when its rows reach the
- * last math warpgroup's: at 64 rows or fewer the one-warpgroup tile runs two blocks per
- * SM where the producer layout would leave a math warpgroup without rows. */
-static inline int fa2_fwd_sm90_takes_producer(int64_t head_dim_bucket, int64_t warpgroups,
-                                              int paged, int64_t dense_rows, int32_t dtype,
-                                              float softcap, int alibi)
-{
-    const int dense = dense_rows > 64 * (FA2_SM90_PRODUCER_WARPGROUPS - 1);
-    return (paged || dense) &&
-           FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) &&
-           (softcap == 0.0f || fa2_sm90_softcap_bounds_scores(dtype, softcap, alibi));
-}
 
 #endif

@@ -12,30 +12,13 @@
 
 #include "common/built_buckets.h"
 
-/* (d, block_n, block_m, warps, slices, dq_block_m, dq_block_n, dq_warps); each can be
- * overridden for tuning like the forward's (CMake -DFA2_BWD_TILE_D128="..."). */
-#if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
-#define FA2_TILE_OVERRIDES_INCLUDED
-#include "fa2_tile_overrides.h"
-#endif
-#ifndef FA2_BWD_TILE_D32
+/* (d, block_n, block_m, warps, slices, dq_block_m, dq_block_n, dq_warps) */
 #define FA2_BWD_TILE_D32 (32, 64, 64, 4, 1, 64, 64, 4)
-#endif
-#ifndef FA2_BWD_TILE_D64
 #define FA2_BWD_TILE_D64 (64, 128, 64, 8, 1, 64, 64, 4)
-#endif
-#ifndef FA2_BWD_TILE_D96
 #define FA2_BWD_TILE_D96 (96, 64, 32, 4, 1, 64, 32, 4)
-#endif
-#ifndef FA2_BWD_TILE_D128
 #define FA2_BWD_TILE_D128 (128, 128, 32, 8, 1, 64, 32, 4)
-#endif
-#ifndef FA2_BWD_TILE_D192
 #define FA2_BWD_TILE_D192 (192, 64, 32, 4, 3, 64, 32, 4)
-#endif
-#ifndef FA2_BWD_TILE_D256
 #define FA2_BWD_TILE_D256 (256, 64, 16, 4, 2, 64, 16, 4)
-#endif
 
 #define FA2_APPLY_BWD_TILE(X, tile) X tile
 /* X(d, block_n, block_m, warps, slices, dq_block_m, dq_block_n, dq_warps) */

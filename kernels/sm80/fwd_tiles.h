@@ -8,31 +8,14 @@
 
 #include "common/built_buckets.h"
 
-/* (head_dim_bucket, block_m (Br), block_n (Bc), warps). Each can be overridden at
- * configure time for tuning (CMake -DFA2_TILE_D128="128,64,64,4" writes
- * fa2_tile_overrides.h); planner and kernels always see the same values. */
-#if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
-#define FA2_TILE_OVERRIDES_INCLUDED
-#include "fa2_tile_overrides.h"
-#endif
-#ifndef FA2_TILE_D32
+/* (head_dim_bucket, block_m (Br), block_n (Bc), warps); planner and kernels read the
+ * same rows (a sweep over other rows: bench/lab/tune_tiles.sh). */
 #define FA2_TILE_D32 (32, 128, 64, 4)
-#endif
-#ifndef FA2_TILE_D64
 #define FA2_TILE_D64 (64, 128, 64, 4)
-#endif
-#ifndef FA2_TILE_D96
 #define FA2_TILE_D96 (96, 128, 32, 4)
-#endif
-#ifndef FA2_TILE_D128
 #define FA2_TILE_D128 (128, 128, 32, 4)
-#endif
-#ifndef FA2_TILE_D192
 #define FA2_TILE_D192 (192, 128, 32, 8)
-#endif
-#ifndef FA2_TILE_D256
 #define FA2_TILE_D256 (256, 128, 32, 8)
-#endif
 
 #define FA2_APPLY_TILE(X, tile) X tile
 /* X(head_dim_bucket, block_m, block_n, warps) for every compiled bucket. */

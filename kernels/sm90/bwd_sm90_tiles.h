@@ -16,21 +16,10 @@
  *   split 0: block_n = 64 keys per warpgroup; block_m = 64, or 64 per warpgroup.
  *   split 1: block_n = 64 keys shared by two warpgroups that split each step's work and
  *            the d columns (kernels/sm90/bwd_sm90_split_kernel.cuh), block_m = 64: for head
- *            dims whose dK and dV (64 × d each) do not fit one warpgroup's registers.
- * Overridable for tuning (CMake -DFA2_SM90_BWD_TILE_D128="128,2,64,0"). */
-#if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
-#define FA2_TILE_OVERRIDES_INCLUDED
-#include "fa2_tile_overrides.h"
-#endif
-#ifndef FA2_SM90_BWD_TILE_D64
+ *            dims whose dK and dV (64 × d each) do not fit one warpgroup's registers. */
 #define FA2_SM90_BWD_TILE_D64 (64, 2, 128, 0)
-#endif
-#ifndef FA2_SM90_BWD_TILE_D128
 #define FA2_SM90_BWD_TILE_D128 (128, 2, 64, 0)
-#endif
-#ifndef FA2_SM90_BWD_TILE_D256
 #define FA2_SM90_BWD_TILE_D256 (256, 2, 64, 1)
-#endif
 
 #define FA2_APPLY_SM90_BWD_TILE(X, tile) X tile
 /* X(head_dim_bucket, warpgroups, block_m, split) */

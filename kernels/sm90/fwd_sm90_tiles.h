@@ -9,24 +9,13 @@
 #include "common/built_buckets.h"
 #include "common/params.h"
 
-/* (head_dim_bucket, warpgroups (Br = 64 per warpgroup), block_n (Bc)); each can be
- * overridden for tuning (CMake -DFA2_SM90_TILE_D128="128,2,128"). One warpgroup per
+/* (head_dim_bucket, warpgroups (Br = 64 per warpgroup), block_n (Bc)). One warpgroup per
  * block at d = 64 and 128 lets two or three blocks share a multiprocessor, so one
  * block's softmax overlaps another's wgmma: +10-40% over two warpgroups on the H200
  * (docs/history/performance-log.md). At d = 256 shared memory allows one block per SM. */
-#if defined(FA2_TILE_OVERRIDES) && !defined(FA2_TILE_OVERRIDES_INCLUDED)
-#define FA2_TILE_OVERRIDES_INCLUDED
-#include "fa2_tile_overrides.h"
-#endif
-#ifndef FA2_SM90_TILE_D64
 #define FA2_SM90_TILE_D64 (64, 1, 128)
-#endif
-#ifndef FA2_SM90_TILE_D128
 #define FA2_SM90_TILE_D128 (128, 1, 128)
-#endif
-#ifndef FA2_SM90_TILE_D256
 #define FA2_SM90_TILE_D256 (256, 2, 64)
-#endif
 
 #define FA2_APPLY_SM90_TILE(X, tile) X tile
 /* X(head_dim_bucket, warpgroups, block_n) */

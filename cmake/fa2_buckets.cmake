@@ -1,6 +1,6 @@
 # The head-dim buckets, read from the tile tables themselves (the one source of truth):
 # every "#define FA2_TILE_D<d>" of kernels/sm80/fwd_tiles.h is a bucket with mma.sync
-# kernels; "#define FA2_SM90_TILE_D<d>" / "FA2_SM90_BWD_TILE_D<d>" of the kernels/sm90
+# kernels; "#define FA2_WGMMA_TILE_D<d>" / "FA2_WGMMA_BWD_TILE_D<d>" of the kernels/sm90
 # tables are the buckets with Hopper forward / backward kernels.
 function(fa2_buckets_from header macro_prefix out_var)
   file(STRINGS ${header} lines REGEX "^#define ${macro_prefix}[0-9]+ ")
@@ -19,10 +19,10 @@ fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm80/fwd_tiles.h FA2_TILE_D
                  FA2_HEAD_DIM_BUCKETS)
 fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm80/bwd_tiles.h FA2_BWD_TILE_D
                  fa2_bwd_buckets)
-fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm90/fwd_sm90_tiles.h FA2_SM90_TILE_D
-                 FA2_SM90_HEAD_DIMS)
+fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm90/fwd_sm90_tiles.h FA2_WGMMA_TILE_D
+                 FA2_WGMMA_HEAD_DIMS)
 fa2_buckets_from(${CMAKE_CURRENT_SOURCE_DIR}/kernels/sm90/bwd_sm90_tiles.h
-                 FA2_SM90_BWD_TILE_D FA2_SM90_BWD_HEAD_DIMS)
+                 FA2_WGMMA_BWD_TILE_D FA2_WGMMA_BWD_HEAD_DIMS)
 # The planner gives every forward bucket a backward row.
 if(NOT FA2_HEAD_DIM_BUCKETS STREQUAL fa2_bwd_buckets)
   message(FATAL_ERROR "kernels/sm80/fwd_tiles.h buckets (${FA2_HEAD_DIM_BUCKETS}) differ "
@@ -73,7 +73,7 @@ if(FA2_HEAD_DIMS)
                           "${FA2_ALL_HEAD_DIM_BUCKETS})")
     endif()
   endforeach()
-  foreach(list_name FA2_HEAD_DIM_BUCKETS FA2_SM90_HEAD_DIMS FA2_SM90_BWD_HEAD_DIMS
+  foreach(list_name FA2_HEAD_DIM_BUCKETS FA2_WGMMA_HEAD_DIMS FA2_WGMMA_BWD_HEAD_DIMS
                     FA2_COMPACT_HEAD_DIMS FA2_COMPACT_BWD_HEAD_DIMS FA2_DECODE_HEAD_DIMS)
     set(kept "")
     foreach(d IN LISTS ${list_name})

@@ -38,7 +38,7 @@ static int32_t page_box_rows(const fa2_problem_t *p, int64_t block_n)
                : 0;
 }
 
-/* Whether the producer layout (FA2_SM90_HAS_PRODUCER) runs, in the overlapped loop's
+/* Whether the producer layout (FA2_WGMMA_HAS_PRODUCER) runs, in the overlapped loop's
  * cases (softcap off, or on and bounding the scores): paged, a paged cache; dense_rows: a
  * dense batch's seqlen_q (0: not dense). A dense batch takes the layout when its rows
  * reach the last math warpgroup's: at 64 rows or fewer the one-warpgroup tile runs two
@@ -46,9 +46,9 @@ static int32_t page_box_rows(const fa2_problem_t *p, int64_t block_n)
 static int takes_producer(int64_t head_dim_bucket, int64_t warpgroups, int paged,
                           int64_t dense_rows, int32_t dtype, float softcap, int alibi)
 {
-    const int dense = dense_rows > 64 * (FA2_SM90_PRODUCER_WARPGROUPS - 1);
+    const int dense = dense_rows > 64 * (FA2_WGMMA_PRODUCER_WARPGROUPS - 1);
     return (paged || dense) &&
-           FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) &&
+           FA2_WGMMA_HAS_PRODUCER(head_dim_bucket, warpgroups) &&
            (softcap == 0.0f || softcap_bounds_scores(dtype, softcap, alibi));
 }
 #endif
@@ -68,7 +68,7 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
                 (b), (wg), problem->page_size != 0,                                        \
                 problem->total_q == 0 ? problem->seqlen_q : 0, problem->dtype,             \
                 problem->softcap, problem->alibi);                                         \
-            const int math_wg = producer ? FA2_SM90_PRODUCER_WARPGROUPS : (wg);            \
+            const int math_wg = producer ? FA2_WGMMA_PRODUCER_WARPGROUPS : (wg);            \
             tile->head_dim_bucket = (b);                                                   \
             tile->block_m = 64 * math_wg;                                                  \
             tile->block_n = (bn);                                                          \

@@ -187,11 +187,11 @@ static const tile_t *tile_for_problem(const fa2_problem_t *p, const fa2_device_i
     if (t && t->arch == 90 && t->bucket == 128 && t->warps == 4 && rows &&
         (p->softcap == 0.0f || bounded)) {
         *scratch = *t;
-        scratch->br = 64 * FA2_SM90_PRODUCER_WARPGROUPS;
-        scratch->warps = 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1);
+        scratch->br = 64 * FA2_WGMMA_PRODUCER_WARPGROUPS;
+        scratch->warps = 4 * (FA2_WGMMA_PRODUCER_WARPGROUPS + 1);
         /* Q, the K stages and two V buffers, and the alignment pad */
         scratch->smem =
-            (scratch->br + (FA2_SM90_PRODUCER_K_STAGES + 2) * t->bc) * t->bucket * 2 + 1024;
+            (scratch->br + (FA2_WGMMA_PRODUCER_K_STAGES + 2) * t->bc) * t->bucket * 2 + 1024;
         return scratch;
     }
 #else
@@ -327,7 +327,7 @@ static void check_kernel_choice(const fa2_problem_t *p, const fa2_plan_t *pl, co
                                 int decode, int deep_fits)
 {
     const int hopper = t->arch == 90;
-    const int producer = hopper && t->warps == 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1);
+    const int producer = hopper && t->warps == 4 * (FA2_WGMMA_PRODUCER_WARPGROUPS + 1);
     int32_t box = 0;
     if (hopper && !producer && p->page_size) {
         const int64_t rows = p->page_size < t->bc ? p->page_size : t->bc;
@@ -1009,8 +1009,8 @@ static void test_paged_producer_tile(void **state)
 #if defined(FA2_WITH_SM90A)
         const int producer = cases[i].producer;
         assert_int_equal(pl.fwd_arch, 90);
-        assert_int_equal(pl.block_m, producer ? 64 * FA2_SM90_PRODUCER_WARPGROUPS : 64);
-        assert_int_equal(pl.warps, producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
+        assert_int_equal(pl.block_m, producer ? 64 * FA2_WGMMA_PRODUCER_WARPGROUPS : 64);
+        assert_int_equal(pl.warps, producer ? 4 * (FA2_WGMMA_PRODUCER_WARPGROUPS + 1) : 4);
         assert_int_equal(pl.smem_bytes,
                          producer ? fa2_fwd_sm90_producer_smem_bytes(c.head_dim, pl.block_m,
                                                                      pl.block_n)
@@ -1037,8 +1037,8 @@ static void test_paged_producer_tile(void **state)
         assert_int_equal(fa2_plan(&dense, &d, &pl), FA2_SUCCESS);
 #if defined(FA2_WITH_SM90A)
         const int producer = dense_cases[i].producer;
-        assert_int_equal(pl.block_m, producer ? 64 * FA2_SM90_PRODUCER_WARPGROUPS : 64);
-        assert_int_equal(pl.warps, producer ? 4 * (FA2_SM90_PRODUCER_WARPGROUPS + 1) : 4);
+        assert_int_equal(pl.block_m, producer ? 64 * FA2_WGMMA_PRODUCER_WARPGROUPS : 64);
+        assert_int_equal(pl.warps, producer ? 4 * (FA2_WGMMA_PRODUCER_WARPGROUPS + 1) : 4);
 #endif
     }
 }

@@ -4,7 +4,7 @@
 # sdpa_compare.py. A variant names the row's macro and its new value:
 #   bench/lab/tune_tiles.sh FA2_TILE_D256=256,64,32,4 FA2_BWD_TILE_D128=128,128,32,8,1,64,32,4
 #   (tables: kernels/sm80/fwd_tiles.h FA2_TILE_D<d>, sm80/bwd_tiles.h FA2_BWD_TILE_D<d>,
-#   sm90/fwd_sm90_tiles.h FA2_SM90_TILE_D<d>, sm90/bwd_sm90_tiles.h FA2_SM90_BWD_TILE_D<d>)
+#   sm90/fwd_sm90_tiles.h FA2_WGMMA_TILE_D<d>, sm90/bwd_sm90_tiles.h FA2_WGMMA_BWD_TILE_D<d>)
 # A forward variant is timed forward only; a backward one (*BWD_TILE_*) forward and
 # backward. FA2_TUNE_SEQLENS (default 8192). Log: $OUT/tune.log.
 set -uo pipefail

@@ -36,9 +36,9 @@ static inline FA2_HOST_DEVICE float fa2_bounded_softcap_offset(float softcap)
 /* constexpr where C++ reads the Hopper tile headers' formulas, so that the kernels'
  * traits can check their shared-memory sizes against the planner's. */
 #if defined(__cplusplus)
-#define FA2_SM90_CONSTEXPR constexpr
+#define FA2_WGMMA_CONSTEXPR constexpr
 #else
-#define FA2_SM90_CONSTEXPR
+#define FA2_WGMMA_CONSTEXPR
 #endif
 
 /* How far (log2 units) a row's running maximum may grow before the Hopper forward's

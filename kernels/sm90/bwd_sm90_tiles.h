@@ -10,23 +10,23 @@
 
 #include "common/built_buckets.h"
 
-#include "common/params.h" /* FA2_SM90_CONSTEXPR */
+#include "common/params.h" /* FA2_WGMMA_CONSTEXPR */
 
 /* (head_dim_bucket, warpgroups, block_m (queries per step), split).
  *   split 0: block_n = 64 keys per warpgroup; block_m = 64, or 64 per warpgroup.
  *   split 1: block_n = 64 keys shared by two warpgroups that split each step's work and
  *            the d columns (kernels/sm90/bwd_sm90_split_kernel.cuh), block_m = 64: for head
  *            dims whose dK and dV (64 × d each) do not fit one warpgroup's registers. */
-#define FA2_SM90_BWD_TILE_D64 (64, 2, 128, 0)
-#define FA2_SM90_BWD_TILE_D128 (128, 2, 64, 0)
-#define FA2_SM90_BWD_TILE_D256 (256, 2, 64, 1)
+#define FA2_WGMMA_BWD_TILE_D64 (64, 2, 128, 0)
+#define FA2_WGMMA_BWD_TILE_D128 (128, 2, 64, 0)
+#define FA2_WGMMA_BWD_TILE_D256 (256, 2, 64, 1)
 
 #define FA2_APPLY_SM90_BWD_TILE(X, tile) X tile
 /* X(head_dim_bucket, warpgroups, block_m, split) */
 #define FA2_BWD_SM90_TILES(X)                          \
-    FA2_BUILT_D64(FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D64))          \
-    FA2_BUILT_D128(FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D128))        \
-    FA2_BUILT_D256(FA2_APPLY_SM90_BWD_TILE(X, FA2_SM90_BWD_TILE_D256))
+    FA2_BUILT_D64(FA2_APPLY_SM90_BWD_TILE(X, FA2_WGMMA_BWD_TILE_D64))          \
+    FA2_BUILT_D128(FA2_APPLY_SM90_BWD_TILE(X, FA2_WGMMA_BWD_TILE_D128))        \
+    FA2_BUILT_D256(FA2_APPLY_SM90_BWD_TILE(X, FA2_WGMMA_BWD_TILE_D256))
 
 /* 1 when the bucket's row is split (0 when it has none). Split rows compute dQ in the
  * Hopper dQ kernel, without atomics, in both modes. */
@@ -46,13 +46,13 @@ static inline int fa2_bwd_sm90_split(int64_t head_dim_bucket)
  * 1024-byte alignment. */
 #define FA2_BWD_SM90_DQ_BLOCK_M 128
 #define FA2_BWD_SM90_DQ_BLOCK_N 64
-static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_dq_smem_bytes(int64_t head_dim_bucket)
+static inline FA2_WGMMA_CONSTEXPR int64_t fa2_bwd_sm90_dq_smem_bytes(int64_t head_dim_bucket)
 {
     return (2 * FA2_BWD_SM90_DQ_BLOCK_M + 3 * FA2_BWD_SM90_DQ_BLOCK_N) * head_dim_bucket * 2 + 1024;
 }
 
 /* Keys per thread block. */
-static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_block_n(int64_t warpgroups, int64_t split)
+static inline FA2_WGMMA_CONSTEXPR int64_t fa2_bwd_sm90_block_n(int64_t warpgroups, int64_t split)
 {
     return split ? 64 : 64 * warpgroups;
 }
@@ -61,7 +61,7 @@ static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_block_n(int64_t warpgroups
  * (block_n × block_m; split: also Pᵀ, and P in fp32), LSE and D double buffered; not
  * split: a step's dQ staged in fp32 for the dQ writer warpgroup (block_m rows of d
  * floats + 16 bytes) and its two mbarriers; 1 KiB for 1024-byte alignment. */
-static inline FA2_SM90_CONSTEXPR int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket,
+static inline FA2_WGMMA_CONSTEXPR int64_t fa2_bwd_sm90_smem_bytes(int64_t head_dim_bucket,
                                                                  int64_t block_n, int64_t block_m,
                                                                  int64_t split)
 {

@@ -3,7 +3,7 @@
 // copies leave the math warpgroups' issue slots (the FlashAttention-3 warp-specialised
 // layout), and two math warpgroups share each tile it copies. (As tuning, a dense
 // batch's tiles too, by TMA: produce_copied_tiles.) It fills the overlapped
-// loop's buffers, FA2_SM90_PRODUCER_K_STAGES K and two V, each as soon as the math
+// loop's buffers, FA2_WGMMA_PRODUCER_K_STAGES K and two V, each as soon as the math
 // warpgroups free it, and signals each tile on mbarriers (ProducerBars):
 //   K full, V full (one per buffer): each 128 producer arrivals
 //             (cp.async.mbarrier.arrive.noinc: when this thread's copies have landed),
@@ -38,7 +38,7 @@ constexpr int producer_math_regs()
 // Tile j's buffers take turns: K j % kKStages, V j & 1. The barriers, 8 bytes each: K
 // full, V full, K free, V free, one per buffer.
 struct ProducerBars {
-    static constexpr int kKStages = FA2_SM90_PRODUCER_K_STAGES;
+    static constexpr int kKStages = FA2_WGMMA_PRODUCER_K_STAGES;
     static_assert(kKStages == 1 || kKStages == 2, "one or two K buffers");
     uint32_t base;
     __device__ uint32_t k_full(int j) const { return base + 8 * (j % kKStages); }

@@ -52,11 +52,11 @@ template <typename Elem, int kHeadDim>
 cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = FwdSm90Traits<Elem, kHeadDim>;
-    // The producer layout's tiles where the bucket has one (FA2_SM90_HAS_PRODUCER).
-    constexpr bool kProducer = FA2_SM90_HAS_PRODUCER(Tr::kHeadDim, Tr::kWarpgroups);
+    // The producer layout's tiles where the bucket has one (FA2_WGMMA_HAS_PRODUCER).
+    constexpr bool kProducer = FA2_WGMMA_HAS_PRODUCER(Tr::kHeadDim, Tr::kWarpgroups);
     constexpr int kProducerKv = kProducer ? kKvByProducer : kKvByCpAsync;
     using TrProducer = FwdSm90Traits<Elem, kHeadDim,
-                                  kProducer ? FA2_SM90_PRODUCER_WARPGROUPS : Tr::kWarpgroups>;
+                                  kProducer ? FA2_WGMMA_PRODUCER_WARPGROUPS : Tr::kWarpgroups>;
     const bool producer = p.fwd_kernel == FA2_FWD_KERNEL_WGMMA_PRODUCER;
 
     FwdSm90Args args = {};

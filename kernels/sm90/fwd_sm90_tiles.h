@@ -13,16 +13,16 @@
  * block at d = 64 and 128 lets two or three blocks share a multiprocessor, so one
  * block's softmax overlaps another's wgmma: +10-40% over two warpgroups on the H200
  * (docs/history/performance-log.md). At d = 256 shared memory allows one block per SM. */
-#define FA2_SM90_TILE_D64 (64, 1, 128)
-#define FA2_SM90_TILE_D128 (128, 1, 128)
-#define FA2_SM90_TILE_D256 (256, 2, 64)
+#define FA2_WGMMA_TILE_D64 (64, 1, 128)
+#define FA2_WGMMA_TILE_D128 (128, 1, 128)
+#define FA2_WGMMA_TILE_D256 (256, 2, 64)
 
 #define FA2_APPLY_SM90_TILE(X, tile) X tile
 /* X(head_dim_bucket, warpgroups, block_n) */
 #define FA2_FWD_SM90_TILES(X)                      \
-    FA2_BUILT_D64(FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D64))                  \
-    FA2_BUILT_D128(FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D128))                \
-    FA2_BUILT_D256(FA2_APPLY_SM90_TILE(X, FA2_SM90_TILE_D256))
+    FA2_BUILT_D64(FA2_APPLY_SM90_TILE(X, FA2_WGMMA_TILE_D64))                  \
+    FA2_BUILT_D128(FA2_APPLY_SM90_TILE(X, FA2_WGMMA_TILE_D128))                \
+    FA2_BUILT_D256(FA2_APPLY_SM90_TILE(X, FA2_WGMMA_TILE_D256))
 
 /* Shared memory: Q (Br rows), two K buffers and one V buffer (Bc rows each), plus
  * 1 KiB to align the tiles to wgmma's 1024-byte swizzle atoms. */
@@ -34,10 +34,10 @@ static inline int64_t fa2_fwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t b
 
 /* The producer layout (kernels/sm90/fwd_sm90_producer.cuh): at a bucket whose tile has
  * one warpgroup at d = 128, blocks of one producer warpgroup and
- * FA2_SM90_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one block per SM), Bc
+ * FA2_WGMMA_PRODUCER_WARPGROUPS math warpgroups (64 query rows each, one block per SM), Bc
  * as the tile's; which problems take it: src/plan_forward.c. */
-#define FA2_SM90_PRODUCER_WARPGROUPS 2
-#define FA2_SM90_HAS_PRODUCER(head_dim_bucket, warpgroups) \
+#define FA2_WGMMA_PRODUCER_WARPGROUPS 2
+#define FA2_WGMMA_HAS_PRODUCER(head_dim_bucket, warpgroups) \
     ((head_dim_bucket) == 128 && (warpgroups) == 1)
 
 /* Dense batches run in the producer layout too (the producer issuing TMA's
@@ -49,14 +49,14 @@ static inline int64_t fa2_fwd_sm90_smem_bytes(int64_t head_dim_bucket, int64_t b
  * ahead, at 32 KiB more shared memory than one buffer (d = 128); dense d = 128 forwards
  * without a causal mask ran 1.03-1.12x faster with two on the H200
  * (docs/history/performance-log.md, "Two K buffers, measured"). */
-#define FA2_SM90_PRODUCER_K_STAGES 2
+#define FA2_WGMMA_PRODUCER_K_STAGES 2
 
 /* The producer layout's shared memory: Q (block_m rows), its K buffers and two V buffers
  * (block_n rows each), plus the 1 KiB alignment pad. */
-static inline FA2_SM90_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
+static inline FA2_WGMMA_CONSTEXPR int64_t fa2_fwd_sm90_producer_smem_bytes(
     int64_t head_dim_bucket, int64_t block_m, int64_t block_n)
 {
-    return (block_m + (FA2_SM90_PRODUCER_K_STAGES + 2) * block_n) * head_dim_bucket * 2 + 1024;
+    return (block_m + (FA2_WGMMA_PRODUCER_K_STAGES + 2) * block_n) * head_dim_bucket * 2 + 1024;
 }
 
 

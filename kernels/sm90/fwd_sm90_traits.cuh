@@ -56,7 +56,7 @@ struct FwdSm90Launch {
     static constexpr int kThreads = Tr::kThreads + (kKv == kKvByProducer ? 128 : 0);
     static constexpr int kSmemBytes =
         Tr::kSmemBytes +
-        (kKv == kKvByProducer ? (FA2_SM90_PRODUCER_K_STAGES - 1) * Tr::kKVBytes : 0);
+        (kKv == kKvByProducer ? (FA2_WGMMA_PRODUCER_K_STAGES - 1) * Tr::kKVBytes : 0);
 };
 
 // The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):

@@ -61,6 +61,9 @@ static const decode_case_t cases[] = {
     {FP16, 4, 1, 1, 16, 8, 128, 0, -1, 64, 0},      /* GQA 2, one key */
     {BF16, 64, 1, 300, 32, 8, 64, 1, -1, 64, 0},    /* batch 64: the grid fills the GPU */
     {BF16, 1, 1, 131072, 4, 1, 128, 1, -1, 128, 1}, /* 128k keys (one kv head) */
+    /* MQA 6:1 at d = 64, 128k keys: dozens of splits, merged by a warp whose lanes 16..31
+     * hold no columns (the combine must still take their splits' weights) */
+    {FP16, 2, 1, 131072, 6, 1, 64, 1, -1, 128, 1},
     {BF16, 2, 2, 5000, 16, 2, 256, 1, -1, 32, 1},   /* 2 tokens x GQA 8: 16 rows */
 };
 

@@ -73,16 +73,21 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t 
     Elem *dst = o_row<Elem>(p, seq, head, token);
     // Splits in groups of kGroup, every load of a group issued before the first use:
     // indices past the last split repeat it (a valid address) with weight 0.
+    // Every lane runs every pass, its columns or not (d = 64 gives lanes 16..31 none):
+    // the weights are shuffled from all 32 lanes.
     constexpr int kGroup = 16;
     static_assert(32 % kGroup == 0, "a group within one lane's weight slot");
-    for (int col = 4 * lane; col < p.head_dim; col += 128) {
+    for (int pass = 0; pass < p.head_dim; pass += 128) {
+        const int col = pass + 4 * lane;
+        const bool mine = col < p.head_dim;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int first = 0; first < splits; first += kGroup) {
             float4 x[kGroup];
 #pragma unroll
             for (int j = 0; j < kGroup; ++j) {
                 const int split = min(first + j, splits - 1);
-                x[j] = *reinterpret_cast<const float4 *>(o_part + split * o_stride + col);
+                x[j] = mine ? *reinterpret_cast<const float4 *>(o_part + split * o_stride + col)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
             }
             const float slot = weight[first / 32];  // lane j: split first / 32 * 32 + j
 #pragma unroll
@@ -93,8 +98,9 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const fa2_params_t 
                     acc.w += wt * x[j].w;
             }
         }
-        *reinterpret_cast<uint2 *>(dst + col) =
-            make_uint2(pack2<Elem>(acc.x, acc.y), pack2<Elem>(acc.z, acc.w));
+        if (mine)
+            *reinterpret_cast<uint2 *>(dst + col) =
+                make_uint2(pack2<Elem>(acc.x, acc.y), pack2<Elem>(acc.z, acc.w));
     }
     if (p.lse && lane == 0) p.lse[stats_row(p, seq, head) + token] = total;
 }

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """One question: does a refactor change the kernels' machine code? Compares the SASS of
 the kernel objects of two builds, kernel by kernel, without a GPU: each object's
-embedded fatbin is cut into its cubins (one per architecture), disassembled with
-nvdisasm, and every kernel is reported as identical, renamed (the same instructions up
+embedded fatbin is cut into its cubins (one per architecture; a compressed one is
+unpacked), disassembled with nvdisasm, and every kernel, found by its symbol in
+whichever object holds it, is reported as identical, renamed (the same instructions up
 to register numbers and labels), or different (with the opcodes whose counts changed).
 
     python3 bench/lab/sass_compare.py OLD_BUILD NEW_BUILD [--match fwd_sm90] [--ops]
 
 OLD_BUILD / NEW_BUILD: build folders (their CMakeFiles/fa2_objects*.dir/kernels/*.o) or
 two object files. nvdisasm: $NVDISASM, else on PATH, else the one PyPI's
-nvidia-cuda-nvdisasm wheel installs (pip install nvidia-cuda-nvdisasm)."""
+nvidia-cuda-nvdisasm wheel installs (pip install nvidia-cuda-nvdisasm). Compressed
+cubins (nvcc --compress-mode=size, the library's default with nvcc 13) need PyPI's
+zstandard."""
 import argparse
 import collections
 import glob
@@ -33,6 +36,17 @@ def fatbin_section(obj):
         return open(out.name, "rb").read()
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def unpack(payload):
+    """A fatbin entry's payload, unpacked when nvcc compressed it (zstd)."""
+    if not payload.startswith(ZSTD_MAGIC):
+        return payload
+    import zstandard
+    return zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+
+
 def cubins(fatbin):
     """The ELF entries (cubins) of a fatbin section: {arch: bytes}."""
     found, off = {}, 0
@@ -46,7 +60,7 @@ def cubins(fatbin):
             arch = struct.unpack_from("<I", fatbin, entry + 28)[0]
             if kind == ENTRY_ELF:
                 start = entry + entry_header
-                found[arch] = fatbin[start:start + payload]
+                found[arch] = unpack(fatbin[start:start + payload])
             entry += entry_header + payload
         off += header + size
     return found
@@ -86,13 +100,15 @@ REGISTER = re.compile(r"\b(UR|R|UP|P|B)(\d+)\b")
 
 
 def canonical(instructions):
-    """Registers numbered by first use, per kind, and labels blanked."""
+    """Registers numbered by first use, per kind; labels and the numbers of internal
+    helper functions (which follow a unit's contents) blanked."""
     names = collections.defaultdict(dict)
 
     def rename(m):
         seen = names[m.group(1)]
         return seen.setdefault(m.group(0), f"{m.group(1)}{len(seen)}")
-    return [re.sub(r"\.L_x_\d+", "L", REGISTER.sub(rename, i)) for i in instructions]
+    return [re.sub(r"\.L_x_\d+|__internal_\d+_", "L", REGISTER.sub(rename, i))
+            for i in instructions]
 
 
 def opcode(instruction):
@@ -107,6 +123,19 @@ def objects(path):
     return {os.path.relpath(p, path): p for p in found}
 
 
+def build_kernels(paths, match, tool):
+    """{(arch, kernel symbol): [instruction text]} of every object whose path contains
+    `match` (a kernel that several objects hold is taken once)."""
+    found = {}
+    for name in sorted(paths):
+        if match not in name:
+            continue
+        for arch, cubin in cubins(fatbin_section(paths[name])).items():
+            for k, instructions in kernels(cubin, tool).items():
+                found.setdefault((arch, k), instructions)
+    return found
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old")
@@ -116,35 +145,29 @@ def main():
     args = ap.parse_args()
     tool = nvdisasm()
     old, new = objects(args.old), objects(args.new)
-    if os.path.isfile(args.old) and os.path.isfile(args.new):
-        new = {next(iter(old)): args.new}
+    ka = build_kernels(old, args.match, tool)
+    kb = build_kernels(new, args.match, tool)
     totals = collections.Counter()
-    for name in sorted(old):
-        if args.match not in name or name not in new:
+    for arch, k in sorted(set(ka) | set(kb)):
+        x, y = ka.get((arch, k)), kb.get((arch, k))
+        if x is None or y is None:
+            verdict = "only in " + ("new" if x is None else "old")
+        elif x == y:
+            totals["identical"] += 1
             continue
-        a, b = cubins(fatbin_section(old[name])), cubins(fatbin_section(new[name]))
-        for arch in sorted(set(a) | set(b)):
-            ka = kernels(a[arch], tool) if arch in a else {}
-            kb = kernels(b[arch], tool) if arch in b else {}
-            for k in sorted(set(ka) | set(kb)):
-                x, y = ka.get(k), kb.get(k)
-                if x is None or y is None:
-                    verdict = "only in " + ("new" if x is None else "old")
-                elif x == y:
-                    totals["identical"] += 1
-                    continue
-                elif canonical(x) == canonical(y):
-                    verdict = "renamed"
-                else:
-                    verdict = f"different ({len(x)} -> {len(y)} instructions)"
-                totals[verdict.split()[0]] += 1
-                print(f"{name} sm_{arch} {k}: {verdict}")
-                if args.ops and x and y and verdict.startswith("different"):
-                    ca = collections.Counter(map(opcode, x))
-                    cb = collections.Counter(map(opcode, y))
-                    for op in sorted(set(ca) | set(cb), key=lambda o: -abs(ca[o] - cb[o])):
-                        if ca[op] != cb[op]:
-                            print(f"    {op:28s} {ca[op]:6d} {cb[op]:6d}")
+        elif canonical(x) == canonical(y):
+            verdict = "renamed"
+        else:
+            verdict = f"different ({len(x)} -> {len(y)} instructions)"
+        totals[" ".join(verdict.split()[:2]) if verdict.startswith("only") else
+               verdict.split()[0]] += 1
+        print(f"sm_{arch} {k}: {verdict}")
+        if args.ops and x and y and verdict.startswith("different"):
+            ca = collections.Counter(map(opcode, x))
+            cb = collections.Counter(map(opcode, y))
+            for op in sorted(set(ca) | set(cb), key=lambda o: -abs(ca[o] - cb[o])):
+                if ca[op] != cb[op]:
+                    print(f"    {op:28s} {ca[op]:6d} {cb[op]:6d}")
     print(", ".join(f"{n} {v}" for n, v in sorted(totals.items())) or "no kernels compared")
 
 

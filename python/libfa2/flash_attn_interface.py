@@ -14,7 +14,7 @@ from ._library import _lock
 from ._tensors import _check_score_tensors, _check_tensors, _torch, alibi_stride
 from .errors import Fa2ShapeError
 from .ops import (_check_offsets, _custom_ops, _varlen_forward, _varlen_plan,
-                  attention_with_lse, cache_write, paged_forward, paged_plan)
+                  attention_with_lse, cache_write, forward, paged_forward, paged_plan)
 
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
@@ -70,6 +70,19 @@ def _padded(tensors, softmax_scale):
     return padded, d ** -0.5 if softmax_scale is None else softmax_scale, d
 
 
+def _plain_inference(q, k, v, sinks):
+    """Whether a dense call can go to ops.forward as it is: no gradient to record, not
+    being traced, BSHD tensors with a head dim that is a multiple of 8 and of stride 1.
+    (Anything else takes attention_with_lse, which pads, copies or records.)"""
+    torch = _torch()
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                    (sinks is not None and sinks.requires_grad)):
+        return False
+    return (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and q.shape[-1] % 8 == 0 and
+            q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1 and
+            not torch.compiler.is_compiling())
+
+
 def _tensor(name, t):
     torch = _torch()
     if not isinstance(t, torch.Tensor):
@@ -90,6 +103,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     for name, t in (("q", q), ("k", k), ("v", v)):
         _tensor(name, t)
     causal, left, right = flash_window(window_size, causal, k.shape[1] if k.dim() == 4 else 0)
+    if _plain_inference(q, k, v, sinks):  # straight to the (cached) forward call
+        res = forward(q, k, v, causal=causal, window=(left, right), softmax_scale=softmax_scale,
+                      deterministic=deterministic, softcap=softcap, alibi_slopes=alibi_slopes,
+                      sinks=sinks, return_lse=return_attn_probs)
+        return (res[0], res[1], None) if return_attn_probs else res
     (q, k, v), softmax_scale, d = _padded((q, k, v), softmax_scale)
     out, lse = attention_with_lse(q, k, v, causal=causal, window=(left, right),
                                   softmax_scale=softmax_scale, deterministic=deterministic,

@@ -5,6 +5,7 @@
 
 #include "bwd_run.h"
 #include "common/bwd_dsink.cuh"
+#include "common/elem_dispatch.h"
 #include "common/launch.cuh"
 #include "sm90/bwd_sm90_tiles.h"
 #include "sm80/bwd_tiles.h"
@@ -16,9 +17,9 @@ static cudaError_t mma_dispatch(const fa2_params_t *p, cudaStream_t s, bool &que
     (void)s, (void)queued;  // a build without the compact tiles' buckets has no row
 #define FA2_BWD_CASE(d)                                                                 \
     if (p->head_dim_bucket == d)                                                        \
-        return p->dtype == FA2_DTYPE_BF16                                               \
-                   ? fa2::bwd_run<__nv_bfloat16, d, kCompact>(*p, s, queued)            \
-                   : fa2::bwd_run<__half, d, kCompact>(*p, s, queued);
+        return fa2::with_elem(p->dtype, [&](auto e) {                                   \
+            return fa2::bwd_run<FA2_ELEM(e), d, kCompact>(*p, s, queued);                \
+        });
 #define FA2_BWD_ROW(d, bn, bm, w, sl, qbm, qbn, qw) FA2_BWD_CASE(d)
     if constexpr (kCompact) {
         FA2_BWD_COMPACT_TILES(FA2_BWD_ROW)
@@ -44,8 +45,9 @@ static cudaError_t dispatch(const fa2_params_t *p, cudaStream_t s, bool &queued)
         switch (p->head_dim_bucket) {
 #define FA2_BWD_SM90_CASE(d, wg, bm, sp)                                                \
     case d:                                                                             \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::bwd_sm90_run<__nv_bfloat16, d>(*p, s, queued) \
-                                          : fa2::bwd_sm90_run<__half, d>(*p, s, queued);
+        return fa2::with_elem(p->dtype, [&](auto e) {                                   \
+            return fa2::bwd_sm90_run<FA2_ELEM(e), d>(*p, s, queued);                     \
+        });
             FA2_BWD_SM90_TILES(FA2_BWD_SM90_CASE)
 #undef FA2_BWD_SM90_CASE
         default:

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/elem_dispatch.h"
 #include "decode/decode_tiles.h"
 #include "fwd_run.h"
 #include "sm90/fwd_sm90_tiles.h"
@@ -15,8 +16,9 @@ static cudaError_t decode_launch(const fa2_params_t *p, cudaStream_t s)
     switch (p->head_dim_bucket) {
 #define FA2_DECODE_CASE(d)                                                                \
     case d:                                                                               \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::decode_run<__nv_bfloat16, d, kStages>(*p, s) \
-                                          : fa2::decode_run<__half, d, kStages>(*p, s);
+        return fa2::with_elem(p->dtype, [&](auto e) {                                    \
+            return fa2::decode_run<FA2_ELEM(e), d, kStages>(*p, s);                       \
+        });
         FA2_DECODE_HEAD_DIMS(FA2_DECODE_CASE)
 #undef FA2_DECODE_CASE
     default:
@@ -31,8 +33,9 @@ static cudaError_t mma_launch(const fa2_params_t *p, cudaStream_t s)
     (void)s;  // a build without the compact tiles' buckets has no row
 #define FA2_FWD_CASE(d)                                                                  \
     if (p->head_dim_bucket == d)                                                         \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_run<__nv_bfloat16, d, kCompact>(*p, s) \
-                                          : fa2::fwd_run<__half, d, kCompact>(*p, s);
+        return fa2::with_elem(p->dtype, [&](auto e) {                                   \
+            return fa2::fwd_run<FA2_ELEM(e), d, kCompact>(*p, s);                        \
+        });
 #define FA2_FWD_ROW(d, m, n, w) FA2_FWD_CASE(d)
     if constexpr (kCompact) {
         FA2_FWD_COMPACT_TILES(FA2_FWD_ROW)
@@ -66,8 +69,9 @@ extern "C" int fa2_fwd_launch(const fa2_params_t *p, void *stream)
         switch (p->head_dim_bucket) {
 #define FA2_FWD_SM90_CASE(d, wg, n)                                                     \
     case d:                                                                             \
-        return p->dtype == FA2_DTYPE_BF16 ? fa2::fwd_sm90_run<__nv_bfloat16, d>(*p, s) \
-                                          : fa2::fwd_sm90_run<__half, d>(*p, s);
+        return fa2::with_elem(p->dtype, [&](auto e) {                                  \
+            return fa2::fwd_sm90_run<FA2_ELEM(e), d>(*p, s);                            \
+        });
             FA2_FWD_SM90_TILES(FA2_FWD_SM90_CASE)
 #undef FA2_FWD_SM90_CASE
         default:

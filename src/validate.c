@@ -211,6 +211,11 @@ fa2_status_t fa2_validate_problem(const fa2_problem_t *p, const fa2_device_info_
         return fa2_fail(FA2_ERROR_UNSUPPORTED_DTYPE,
                         "dtype=%d is not supported (FA2_DTYPE_FP16=1, FA2_DTYPE_BF16=2)",
                         (int)p->dtype);
+    if ((p->dtype == FA2_DTYPE_FP16 && !FA2_BUILT_FP16) ||
+        (p->dtype == FA2_DTYPE_BF16 && !FA2_BUILT_BF16))
+        return fa2_fail(FA2_ERROR_UNSUPPORTED_DTYPE,
+                        "dtype=%s: this build does not compile it (CMake FA2_DTYPES)",
+                        p->dtype == FA2_DTYPE_FP16 ? "fp16" : "bf16");
 
     if (p->reserved0 != 0 || p->reserved1 != 0)
         return fa2_fail(FA2_ERROR_RESERVED,

@@ -1,6 +1,7 @@
-/* The planner of a build that compiles some head-dim buckets only (CMake's FA2_HEAD_DIMS):
- * this test is the host code of libfa2 compiled with a generated fa2_built_buckets.h that
- * keeps buckets 64 and 128 (tests/CMakeLists.txt), no kernels. A head dim runs in the
+/* The planner of a build that compiles some head-dim buckets only (CMake's FA2_HEAD_DIMS)
+ * and one element type (FA2_DTYPES): this test is the host code of libfa2 compiled with a
+ * generated fa2_built_buckets.h that keeps buckets 64 and 128 and bf16
+ * (tests/CMakeLists.txt), no kernels. A head dim runs in the
  * bucket the full build gives it, so the kernels such a build runs are the full build's
  * (which its GPU tests cover); one whose bucket is not compiled is refused, naming it. */
 #include <setjmp.h>
@@ -72,11 +73,32 @@ static void head_dims_of_other_buckets_are_refused(void **state)
     }
 }
 
+/* The build compiles bf16 only (CMake's FA2_DTYPES=bf16): fp16 is refused by name, for
+ * every head dim and device, the plan untouched. */
+static void element_types_left_out_are_refused(void **state)
+{
+    (void)state;
+    const fa2_device_info_t devices[] = {device(9, 232448), device(8, 166912)};
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; ++i)
+        for (int64_t d = 64; d <= 128; d += 64) {
+            fa2_problem_t p;
+            fa2_problem_init(&p, FA2_DTYPE_FP16, 2, 1024, 1024, 8, 2, d);
+            fa2_plan_t plan;
+            memset(&plan, 0x5a, sizeof plan);
+            assert_int_equal(fa2_plan(&p, &devices[i], &plan), FA2_ERROR_UNSUPPORTED_DTYPE);
+            assert_non_null(strstr(fa2_last_error(), "dtype=fp16"));
+            assert_non_null(strstr(fa2_last_error(), "FA2_DTYPES"));
+            for (size_t b = 0; b < sizeof plan; ++b)
+                assert_int_equal(((const unsigned char *)&plan)[b], 0x5a);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(head_dims_run_in_compiled_buckets),
         cmocka_unit_test(head_dims_of_other_buckets_are_refused),
+        cmocka_unit_test(element_types_left_out_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,8 +4,9 @@
  * launchers see the same rows. A head dim runs in the bucket the full build gives it
  * (the smallest of FA2_ALL_HEAD_DIM_BUCKETS that holds it) or is refused: a build of
  * some buckets runs exactly the kernels the full build runs, for the head dims it
- * accepts. The default build compiles every bucket; CMake's FA2_HEAD_DIMS option
- * (docs/building.md) generates fa2_built_buckets.h with the subset. C and CUDA alike. */
+ * accepts. The default build compiles every bucket and both element types; CMake's
+ * FA2_HEAD_DIMS and FA2_DTYPES options (docs/building.md) generate fa2_built_buckets.h
+ * with the subset. C and CUDA alike. */
 #ifndef FA2_BUILT_BUCKETS_H
 #define FA2_BUILT_BUCKETS_H
 
@@ -22,6 +23,8 @@
 #define FA2_BUILT_D128(...) __VA_ARGS__
 #define FA2_BUILT_D192(...) __VA_ARGS__
 #define FA2_BUILT_D256(...) __VA_ARGS__
+#define FA2_BUILT_FP16 1 /* the element types (CMake's FA2_DTYPES): 1 compiled, 0 not */
+#define FA2_BUILT_BF16 1
 #endif
 
 #endif

@@ -69,9 +69,12 @@ assert lib.path.startswith('$prefix'), lib.path
 assert libfa2.__version__ == lib.version_string(), libfa2.__version__
 print('libfa2', libfa2.__version__, 'loaded', lib.path)"
 
-step "examples/consumer_subproject: libfa2 through FetchContent in a CUDA project (sm_90a only here)"
+# As an engine would take it: sm_90a, the head dims and the element type the consumer
+# plans (64 and 128, bf16) and no others (FA2_HEAD_DIMS, FA2_DTYPES).
+step "examples/consumer_subproject: libfa2 through FetchContent in a CUDA project (sm_90a, d 64 and 128, bf16)"
 cmake -S examples/consumer_subproject -B "$tmp/subproject" "${gen[@]}" -DFA2_SOURCE_DIR="$PWD" \
-    -DFA2_CUDA_ARCHITECTURES=90a-real >"$tmp/subproject.log" 2>&1 || { cat "$tmp/subproject.log"; exit 1; }
+    -DFA2_CUDA_ARCHITECTURES=90a-real "-DFA2_HEAD_DIMS=64;128" -DFA2_DTYPES=bf16 \
+    >"$tmp/subproject.log" 2>&1 || { cat "$tmp/subproject.log"; exit 1; }
 grep -q "FA2_BUILD_TESTS:BOOL=OFF" "$tmp/subproject/CMakeCache.txt" || { echo "tests not off in a subproject" >&2; exit 1; }
 cmake --build "$tmp/subproject" >>"$tmp/subproject.log" 2>&1 || { cat "$tmp/subproject.log"; exit 1; }
 "$tmp/subproject/fa2_consumer_subproject"

@@ -13,7 +13,7 @@ from ._cdefs import MAX_WINDOW
 from ._library import _lock
 from ._tensors import _check_score_tensors, _check_tensors, _torch, alibi_stride
 from .errors import Fa2ShapeError
-from .ops import (_check_offsets, _custom_ops, _varlen_forward, _varlen_plan,
+from .ops import (_check_offsets, _custom_ops, _tracked, _varlen_forward, _varlen_plan,
                   attention_with_lse, cache_write, forward, paged_forward, paged_plan)
 
 __all__ = [
@@ -74,13 +74,11 @@ def _plain_inference(q, k, v, sinks):
     """Whether a dense call can go to ops.forward as it is: no gradient to record, not
     being traced, BSHD tensors with a head dim that is a multiple of 8 and of stride 1.
     (Anything else takes attention_with_lse, which pads, copies or records.)"""
-    torch = _torch()
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
-                                    (sinks is not None and sinks.requires_grad)):
+    if _tracked(q, k, v, sinks):
         return False
     return (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and q.shape[-1] % 8 == 0 and
             q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1 and
-            not torch.compiler.is_compiling())
+            not _torch().compiler.is_compiling())
 
 
 def _tensor(name, t):
@@ -280,15 +278,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                   max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                                   window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs)
-
-
-def _tracked(q, k, v, sinks):
-    """Whether autograd records this call: grad mode on and an input that needs a
-    gradient."""
-    torch = _torch()
-    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
-                                        v.requires_grad or
-                                        (sinks is not None and sinks.requires_grad))
 
 
 def _check_varlen_out(out, q):

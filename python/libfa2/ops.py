@@ -319,12 +319,19 @@ def attention_with_lse(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=
                float(softcap))
     if torch.compiler.is_compiling():
         return _custom_ops().fwd(q, k, v, *options, alibi_slopes, sinks)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
-                                    (sinks is not None and sinks.requires_grad)):
+    if _tracked(q, k, v, sinks):
         return _autograd_function().apply(q, k, v, *options, alibi_slopes, sinks)
     return forward(q, k, v, causal=options[0], window=options[1:3], softmax_scale=options[3],
                    deterministic=options[4], softcap=options[5], alibi_slopes=alibi_slopes,
                    sinks=sinks, return_lse=True)
+
+
+def _tracked(q, k, v, sinks):
+    """Whether autograd records this call: grad mode on and an input that needs a
+    gradient."""
+    return _torch().is_grad_enabled() and (q.requires_grad or k.requires_grad or
+                                           v.requires_grad or
+                                           (sinks is not None and sinks.requires_grad))
 
 
 _function = None

@@ -52,8 +52,8 @@
 #                    C calls against an empty launch) and bench/host_overhead.py (every
 #                    Python entry point beside SDPA, and the seeds' training benchmark);
 #                    host.log, host.csv. FA2_HOST_PACKAGE=DIR: bench/host_overhead.py
-#                    also with the libfa2 package in DIR (an older python/ folder, as
-#                    for FA2_BASELINE; host cost only), host-before.log
+#                    also times the libfa2 package in DIR (an older python/ folder, as
+#                    for FA2_BASELINE) in the same rounds, column "before"
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -199,11 +199,8 @@ fi
 if [ "${FA2_HOST:-0}" = 1 ]; then
     run_step host-c "$OUT/host.log" "$BUILD/bench/fa2_host_overhead"
     run_step host-python "$OUT/host.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
-        python3 bench/host_overhead.py --csv "$OUT/host.csv"
-    if [ -n "${FA2_HOST_PACKAGE:-}" ]; then
-        run_step host-python-before "$OUT/host-before.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
-            python3 bench/host_overhead.py --skip-training --package "$FA2_HOST_PACKAGE"
-    fi
+        python3 bench/host_overhead.py --csv "$OUT/host.csv" \
+        ${FA2_HOST_PACKAGE:+--baseline "$FA2_HOST_PACKAGE"}
 fi
 
 if [ "${FA2_DECODE:-0}" = 1 ]; then

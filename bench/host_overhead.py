@@ -5,21 +5,25 @@ backends), and the seeds' training benchmark end to end.
 Host cost: problems so small that the GPU finishes each call's kernels sooner than the
 host issues the next call, so the time to issue N calls back to back (measured on the
 CPU, before the closing synchronize) is what the Python layer, the C call and the launch
-cost. Each entry runs `--rounds` rounds of `--calls` calls after a warm-up; the median
-round is reported, in microseconds per call. Ratios are libfa2 / the cheaper SDPA
-backend (<= 1.0: libfa2 costs no more).
+cost. Each entry runs `--rounds` rounds of `--calls` calls of every contender after a
+warm-up, the contenders taking turns within each round (so that a drift of the machine
+falls on all of them alike); the median round is reported, in microseconds per call.
+Ratios are libfa2 / the cheaper SDPA backend (<= 1.0: libfa2 costs no more).
 
 Training: the benchmark of the documents this project began from (batch 2, 8 heads,
 head dim 64, fp16, seqlen 2048 / 4096 / 8192, and causal 4096): forward + backward
 through autograd, wall time per step with CUDA events around `--steps` steps.
 
-    FA2_LIBRARY=build/libfa2.so python3 bench/host_overhead.py [--package DIR]
+    FA2_LIBRARY=build/libfa2.so python3 bench/host_overhead.py [--baseline DIR]
         [--calls 300] [--rounds 7] [--skip-training] [--csv FILE]
 
---package DIR imports the libfa2 package from DIR (e.g. an older commit's python/
-folder) instead of this tree's, to compare bindings on one library.
+--baseline DIR also times the libfa2 package in DIR (an older commit's python/ folder,
+imported as libfa2_baseline, on the same library) in the same rounds: column "before".
 """
 import argparse
+import contextlib
+import importlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -28,7 +32,8 @@ import time
 
 def parse():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--package", help="a folder holding the libfa2 package to time")
+    ap.add_argument("--baseline", help="a folder holding an older libfa2 package to time "
+                    "beside this tree's")
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=30)
@@ -38,41 +43,59 @@ def parse():
 
 
 ARGS = parse()
-sys.path.insert(0, os.path.abspath(ARGS.package) if ARGS.package else
-                os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import libfa2  # noqa: E402
-from libfa2 import flash_attn_interface as fai  # noqa: E402
+
+
+def import_baseline(folder):
+    """The libfa2 package in folder/libfa2, imported as libfa2_baseline (its modules
+    import each other relatively, so the name does not matter to them)."""
+    path = os.path.join(os.path.abspath(folder), "libfa2", "__init__.py")
+    spec = importlib.util.spec_from_file_location(
+        "libfa2_baseline", path, submodule_search_locations=[os.path.dirname(path)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["libfa2_baseline"] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 DEV = "cuda"
 BACKENDS = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
 
 
-def host_us(call, calls, rounds):
-    """Median over rounds of the CPU time to issue `calls` calls, in us per call."""
-    for _ in range(20):
-        call()
+def host_us(calls, n, rounds):
+    """{name: median over rounds of the CPU time to issue n calls, us per call} for
+    calls {name: (context, call)} (context(): what each round runs in), the calls taking
+    turns within each round."""
+    for context, call in calls.values():
+        with context():
+            for _ in range(20):
+                call()
     torch.cuda.synchronize()
-    times = []
+    times = {name: [] for name in calls}
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            call()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(times)
+        for name, (context, call) in calls.items():
+            with context():
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    call()
+                times[name].append((time.perf_counter() - t0) / n * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def randn(*shape, dtype=torch.bfloat16, grad=False):
     return torch.randn(*shape, device=DEV, dtype=dtype).requires_grad_(grad)
 
 
-def entries():
-    """(name, libfa2 call, {backend: sdpa call} or {}) for each public entry point."""
+def entries(packages):
+    """(name, {package name: its call}, {backend: (backend, sdpa call)}) for each public
+    entry point, for packages {name: libfa2 module}."""
     b, s, h, d = 1, 128, 8, 64
     q, k, v = (randn(b, s, h, d) for _ in range(3))
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
@@ -80,6 +103,8 @@ def entries():
     qgt, kgt, vgt = (t.transpose(1, 2) for t in (qg, kg, vg))
     grad_out = randn(b, s, h, d)
     o, lse = libfa2.forward(q, k, v, return_lse=True)
+    fais = {name: importlib.import_module(m.__name__ + ".flash_attn_interface")
+            for name, m in packages.items()}
 
     def no_grad(f):
         def call():
@@ -90,8 +115,8 @@ def entries():
     def sdpa_forward():
         return F.scaled_dot_product_attention(qt, kt, vt)
 
-    def fa2_train():
-        libfa2.attention(qg, kg, vg).backward(grad_out)
+    def train(fa2):
+        return lambda: fa2.attention(qg, kg, vg).backward(grad_out)
 
     def sdpa_train():
         F.scaled_dot_product_attention(qgt, kgt, vgt).backward(grad_out.transpose(1, 2))
@@ -121,44 +146,57 @@ def entries():
     slots = torch.arange(4, dtype=torch.int32, device=DEV) * 7
     pages_k, pages_v = (randn(16, 16, hkv, d) for _ in range(2))
 
-    train = {n: (be, sdpa_train) for n, be in BACKENDS}
+    trains = {n: (be, sdpa_train) for n, be in BACKENDS}
     infer = {n: (be, sdpa_forward) for n, be in BACKENDS}
     decode = {n: (be, sdpa_decode) for n, be in BACKENDS}
+
+    def each(make):
+        return {name: make(m, fais[name]) for name, m in packages.items()}
     return [
-        ("forward", no_grad(lambda: libfa2.forward(q, k, v)), infer),
-        ("flash_attn_func", no_grad(lambda: fai.flash_attn_func(q, k, v)), infer),
-        ("backward", lambda: libfa2.backward(grad_out, q, k, v, o, lse), {}),
-        ("attention fwd+bwd", fa2_train, train),
+        ("forward", each(lambda fa2, fai: no_grad(lambda: fa2.forward(q, k, v))), infer),
+        ("flash_attn_func", each(lambda fa2, fai: no_grad(lambda: fai.flash_attn_func(q, k, v))),
+         infer),
+        ("backward", each(lambda fa2, fai: lambda: fa2.backward(grad_out, q, k, v, o, lse)), {}),
+        ("attention fwd+bwd", each(lambda fa2, fai: train(fa2)), trains),
         ("decode: flash_attn_with_kvcache",
-         no_grad(lambda: fai.flash_attn_with_kvcache(dq, k_cache, v_cache,
-                                                     cache_seqlens=lens)), decode),
-        ("decode: forward", no_grad(lambda: libfa2.forward(dq, k_keys, v_keys)), decode),
+         each(lambda fa2, fai: no_grad(lambda: fai.flash_attn_with_kvcache(
+             dq, k_cache, v_cache, cache_seqlens=lens))), decode),
+        ("decode: forward", each(lambda fa2, fai: no_grad(lambda: fa2.forward(dq, k_keys,
+                                                                              v_keys))),
+         decode),
         ("flash_attn_varlen_func",
-         no_grad(lambda: fai.flash_attn_varlen_func(q3, k3, v3, cu, cu, 64, 64)), {}),
-        ("combine", lambda: libfa2.combine(o_parts, lse_parts), {}),
-        ("cache_write", lambda: libfa2.cache_write(k_new, v_new, slots, pages_k, pages_v,
-                                                   16, 256), {}),
+         each(lambda fa2, fai: no_grad(lambda: fai.flash_attn_varlen_func(q3, k3, v3, cu, cu,
+                                                                          64, 64))), {}),
+        ("combine", each(lambda fa2, fai: lambda: fa2.combine(o_parts, lse_parts)), {}),
+        ("cache_write", each(lambda fa2, fai: lambda: fa2.cache_write(
+            k_new, v_new, slots, pages_k, pages_v, 16, 256)), {}),
     ]
 
 
-def run_host(rows):
-    print(f"host cost per call, us (median of {ARGS.rounds} rounds of {ARGS.calls} calls; "
-          "bf16, tiny problems)")
-    print(f"{'entry':34} {'libfa2':>8} {'flash':>8} {'cudnn':>8} {'ratio':>6}")
-    for name, fa2_call, peers in entries():
-        fa2 = host_us(fa2_call, ARGS.calls, ARGS.rounds)
-        peer = {}
+def run_host(rows, packages):
+    print(f"host cost per call, us (median of {ARGS.rounds} rounds of {ARGS.calls} calls, "
+          "the contenders in turn; bf16, tiny problems)")
+    names = list(packages)
+    print(f"{'entry':34} " + " ".join(f"{n:>8}" for n in names) +
+          f" {'flash':>8} {'cudnn':>8} {'ratio':>6}")
+    for name, ours, peers in entries(packages):
+        calls = {n: (contextlib.nullcontext, call) for n, call in ours.items()}
+        usable = {}
         for pname, (backend, call) in peers.items():
             try:
                 with sdpa_kernel([backend]):
-                    peer[pname] = host_us(call, ARGS.calls, ARGS.rounds)
+                    call()
+                usable[pname] = (lambda backend=backend: sdpa_kernel([backend]), call)
             except RuntimeError as e:
                 print(f"  SDPA {pname} unavailable for {name}: {str(e).splitlines()[0]}")
+        times = host_us({**calls, **usable}, ARGS.calls, ARGS.rounds)
+        peer = {p: times[p] for p in usable}
         cheaper = min(peer.values()) if peer else None
         cells = [f"{peer[p]:8.1f}" if p in peer else f"{'-':>8}" for p, _ in BACKENDS]
-        ratio = f"{fa2 / cheaper:6.2f}" if cheaper else f"{'-':>6}"
-        print(f"{name:34} {fa2:8.1f} {' '.join(cells)} {ratio}", flush=True)
-        rows.append(dict(kind="host_us", entry=name, libfa2=fa2, **peer))
+        ratio = f"{times['libfa2'] / cheaper:6.2f}" if cheaper else f"{'-':>6}"
+        print(f"{name:34} " + " ".join(f"{times[n]:8.1f}" for n in names) +
+              f" {' '.join(cells)} {ratio}", flush=True)
+        rows.append(dict(kind="host_us", entry=name, **times))
 
 
 def step_ms(step, steps):
@@ -202,7 +240,10 @@ def main():
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; libfa2 package "
           f"{os.path.dirname(libfa2.__file__)}; {libfa2.build_info()}")
     rows = []
-    run_host(rows)
+    packages = {"libfa2": libfa2}
+    if ARGS.baseline:
+        packages["before"] = import_baseline(ARGS.baseline)
+    run_host(rows, packages)
     if not ARGS.skip_training:
         run_training(rows)
     if ARGS.csv:

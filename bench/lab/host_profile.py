@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """One question: where do the microseconds of a cached Python call go? Runs each entry
 point of bench/host_overhead.py (forward, flash_attn_func, the decode step through
-flash_attn_with_kvcache) many times under cProfile after a warm-up, and prints each
-function's own time per call, largest first, beside the whole call's time measured
+flash_attn_with_kvcache, backward, attention forward + backward) many times under
+cProfile after a warm-up, and prints each function's own time per call, largest first, beside the whole call's time measured
 without the profiler.
 
     FA2_LIBRARY=build/libfa2.so python3 bench/lab/host_profile.py [--calls 20000] [--top 15]
@@ -28,7 +28,17 @@ def entries():
     dq = torch.randn(4, 1, 8, 64, device=dev, dtype=bf)
     k_cache, v_cache = (torch.randn(4, 256, 2, 64, device=dev, dtype=bf) for _ in range(2))
     lens = torch.full((4,), 200, dtype=torch.int32, device=dev)
+    o, lse = libfa2.forward(q, k, v, return_lse=True)
+    g = torch.randn_like(q)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+
+    def train():
+        with torch.enable_grad():
+            libfa2.attention(qg, kg, vg).backward(g)
     return [("forward", lambda: libfa2.forward(q, k, v)),
+            ("backward", lambda: libfa2.backward(g, q, k, v, o, lse)),
+            ("attention fwd+bwd (the backward's Python runs on autograd's device thread, "
+             "outside the profile)", train),
             ("flash_attn_func", lambda: fai.flash_attn_func(q, k, v)),
             ("flash_attn_with_kvcache",
              lambda: fai.flash_attn_with_kvcache(dq, k_cache, v_cache, cache_seqlens=lens))]

@@ -36,15 +36,20 @@ def signatures(tensors):
     device index, () for None; None (not cacheable) when one is anything but a plain
     torch.Tensor or nn.Parameter."""
     types = _tensor_types or _plain_tensor_types()
-    out = []
-    for t in tensors:
-        if t is None:
-            out.append(())
-        elif type(t) in types:
-            out.append((t.shape, t.stride(), t.dtype, t.get_device()))
-        else:
-            return None
-    return tuple(out)
+    out = [() if t is None else (t.shape, t.stride(), t.dtype, t.get_device())
+           if type(t) in types else None for t in tensors]
+    return None if None in out else tuple(out)
+
+
+def qkv_signature(q, k, v):
+    """signatures((q, k, v)) as one flat tuple (a call without optional tensors: the
+    common case, read with the fewest steps); None when not cacheable. Its length
+    tells it from a signatures() tuple."""
+    types = _tensor_types or _plain_tensor_types()
+    if type(q) in types and type(k) in types and type(v) in types:
+        return (q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype,
+                k.get_device(), v.shape, v.stride(), v.dtype, v.get_device())
+    return None
 
 
 def lookup(key):
@@ -90,25 +95,37 @@ def clear():
 
 
 def spans(*tensors):
-    """(tensor index, bytes its strides reach) for each given tensor with elements: what
-    storages_hold checks per call."""
+    """(tensor index, element size, bytes its strides reach) for each given tensor with
+    elements: what storages_hold checks per call (the dtype, hence the element size, is
+    part of the signature)."""
     from ._tensors import _extent
-    return tuple((i, _extent(t.shape, t.stride()) * t.element_size())
+    return tuple((i, t.element_size(), _extent(t.shape, t.stride()) * t.element_size())
                  for i, t in enumerate(tensors) if t is not None and t.numel())
 
 
 def storages_hold(spans_, tensors):
     """Whether each tensor's storage still holds what its strides reach."""
-    for i, span in spans_:
+    for i, size, span in spans_:
         t = tensors[i]
-        if t.storage_offset() * t.element_size() + span > t.untyped_storage().nbytes():
+        if t.storage_offset() * size + span > t.untyped_storage().nbytes():
             return False
     return True
 
 
+_cuda = None  # torch's current-device and current-stream getters, bound on first use
+
+
+def _cuda_getters():
+    global _cuda
+    torch = sys.modules["torch"]
+    _cuda = (torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+    return _cuda
+
+
 class Launch:
     """One C entry point bound to a plan: the plan's address and the library's check,
-    the device, and its current stream looked up per call."""
+    the device, and its current stream looked up per call. The device is switched to
+    only when it is not the current one."""
 
     def __init__(self, lib, plan, function, device):
         self.lib = lib
@@ -120,16 +137,32 @@ class Launch:
         self.index = device.index
 
     def __call__(self, *pointers):
-        """Calls the C function on (plan, *pointers, the device's current stream)."""
-        self._on_device(lambda stream: self.c_function(self.plan_ref, *pointers, stream))
+        """Calls the C function on (plan, *pointers, the device's current stream); a
+        non-zero status raised."""
+        current_device, current_stream = _cuda or _cuda_getters()
+        index = self.index
+        if current_device() == index:
+            status = self.c_function(self.plan_ref, *pointers, current_stream(index))
+        else:
+            with sys.modules["torch"].cuda.device(index):
+                status = self.c_function(self.plan_ref, *pointers, current_stream(index))
+        if status:
+            self.lib.check(status, self.function)
 
     def with_args(self, args):
         """Calls fa2_forward_with / fa2_backward_with on an args struct whose stream is
         filled here."""
-        def call(stream):
-            args.stream = stream
-            return self.c_function(self.plan_ref, ctypes.byref(args))
-        self._on_device(call)
+        current_device, current_stream = _cuda or _cuda_getters()
+        index = self.index
+        if current_device() == index:
+            args.stream = current_stream(index)
+            status = self.c_function(self.plan_ref, ctypes.byref(args))
+        else:
+            with sys.modules["torch"].cuda.device(index):
+                args.stream = current_stream(index)
+                status = self.c_function(self.plan_ref, ctypes.byref(args))
+        if status:
+            self.lib.check(status, self.function)
 
     def args_template(self, mirror):
         """A ForwardArgs or BackwardArgs as the library's init fills it, for calls to copy."""
@@ -137,18 +170,6 @@ class Launch:
         getattr(self.lib.cdll, self.function.replace("_with", "_args_init"))(
             ctypes.byref(args))
         return args
-
-    def _on_device(self, call):
-        """call(stream) on the tensors' device, switched to only when it is not the
-        current one; a non-zero status raised."""
-        torch = sys.modules["torch"]
-        if torch._C._cuda_getDevice() == self.index:
-            status = call(torch._C._cuda_getCurrentRawStream(self.index))
-        else:
-            with torch.cuda.device(self.index):
-                status = call(torch._C._cuda_getCurrentRawStream(self.index))
-        if status:
-            self.lib.check(status, self.function)
 
 
 def pointer(t):
@@ -165,6 +186,7 @@ class ForwardCall:
         self.returns_lse = returns_lse
         self.spans = spans_
         self.o_shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        self.o_like_q = q.is_contiguous()  # torch.empty_like(q) is then a contiguous O
         self.lse_shape = lse_shape  # None: no LSE unless one is given
         self.kv_from_q = kv_from_q  # no key row: Q's pointer stands in for K and V
         self.workspace_bytes = int(plan.workspace_bytes)
@@ -178,11 +200,11 @@ class ForwardCall:
     def run(self, q, k, v, out, lse, alibi_slopes, sinks):
         torch = sys.modules["torch"]
         if out is None:
-            out = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
+            out = torch.empty_like(q) if self.o_like_q else q.new_empty(self.o_shape)
         if lse is None and self.lse_shape is not None:
-            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+            lse = q.new_empty(self.lse_shape, dtype=torch.float32)
         n = self.workspace_bytes
-        workspace = torch.empty(n, dtype=torch.uint8, device=self.device) if n else None
+        workspace = q.new_empty(n, dtype=torch.uint8) if n else None
         if self.kv_from_q:
             k = v = q
         if not self.variants:
@@ -203,11 +225,13 @@ class BackwardCall:
     address, dO in O's strides, the gradients (unless given) and the workspace, then one
     fa2_backward (fa2_backward_with when the score variants pass tensors)."""
 
-    def __init__(self, plan, device, copies, copy_d_o, grad_layouts, variants, spans_):
+    def __init__(self, plan, device, copies, copy_d_o, grad_layouts, grads_like, variants,
+                 spans_):
         self.spans = spans_
         self.copies = copies          # (q, k, v): passed as .contiguous() copies
         self.copy_d_o = copy_d_o      # dO's strides differ from O's
         self.grad_layouts = grad_layouts  # (shape, strides) of dq, dk, dv
+        self.grads_like = grads_like  # torch.empty_like of q, k, v gives those layouts
         self.variants = variants
         self.workspace_bytes = max(int(plan.bwd_workspace_bytes), 16)
         self.launch = Launch(plan.lib, plan, "fa2_backward_with" if variants
@@ -221,20 +245,21 @@ class BackwardCall:
         cq, ck, cv = self.copies
         q, k, v = (q.contiguous() if cq else q, k.contiguous() if ck else k,
                    v.contiguous() if cv else v)
-        grads = [g if g is not None else torch.empty_strided(
-            shape, strides, dtype=q.dtype, device=q.device)
-            for g, (shape, strides) in zip((dq, dk, dv), self.grad_layouts)]
+        if dq is None and dk is None and dv is None and self.grads_like:
+            grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        else:
+            grads = tuple(g if g is not None else q.new_empty_strided(shape, strides)
+                          for g, (shape, strides) in zip((dq, dk, dv), self.grad_layouts))
         if self.copy_d_o:
-            d_o = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype,
-                                      device=o.device).copy_(d_o)
+            d_o = o.new_empty_strided(o.shape, o.stride()).copy_(d_o)
         n = self.workspace_bytes
-        workspace = torch.empty(n, dtype=torch.uint8, device=q.device)
+        workspace = q.new_empty(n, dtype=torch.uint8)
         dsinks = None if sinks is None else torch.empty_like(sinks)
         if not self.variants:
             self.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
                         lse.data_ptr(), grads[0].data_ptr(), grads[1].data_ptr(),
                         grads[2].data_ptr(), workspace.data_ptr(), n)
-            return tuple(grads)
+            return grads
         args = type(self.args).from_buffer_copy(self.args)
         args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
         args.d_o, args.lse = d_o.data_ptr(), lse.data_ptr()
@@ -243,7 +268,7 @@ class BackwardCall:
                                                       pointer(dsinks))
         args.workspace, args.workspace_bytes = workspace.data_ptr(), n
         self.launch.with_args(args)
-        return tuple(grads) + (() if dsinks is None else (dsinks,))
+        return grads + (() if dsinks is None else (dsinks,))
 
 
 class PackedCall:
@@ -257,6 +282,7 @@ class PackedCall:
     def __init__(self, plan, q, lse_shape, defaults, variants, spans_):
         self.spans = spans_
         self.o_shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        self.o_like_q = q.is_contiguous()  # torch.empty_like(q) is then a contiguous O
         self.lse_shape = lse_shape
         self.defaults = defaults
         self.variants = variants
@@ -275,11 +301,11 @@ class PackedCall:
         seqused_k = used if seqused_k is None else seqused_k
         page_table = table if page_table is None else page_table
         if out is None:
-            out = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)
+            out = torch.empty_like(q) if self.o_like_q else q.new_empty(self.o_shape)
         lse = None if self.lse_shape is None else \
-            torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+            q.new_empty(self.lse_shape, dtype=torch.float32)
         n = self.workspace_bytes
-        workspace = torch.empty(n, dtype=torch.uint8, device=self.device) if n else None
+        workspace = q.new_empty(n, dtype=torch.uint8) if n else None
         if not self.variants:
             self.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), pointer(lse),
                         cu_seqlens_q.data_ptr(), pointer(cu_seqlens_k), pointer(seqused_k),

@@ -7,13 +7,21 @@ from .plans import alibi_key, make_problem
 # ---------------------------------------------------------------------------------
 # torch: tensors in, tensors out, autograd.
 # ---------------------------------------------------------------------------------
+_torch_module = None
+
+
 def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise ImportError("fa2's tensor helpers need PyTorch; the raw-pointer API "
-                          "(make_problem, plan, Plan.forward) does not") from None
-    return torch
+    """The torch module, imported on first use (a global read after that: every tensor
+    call asks)."""
+    global _torch_module
+    if _torch_module is None:
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("fa2's tensor helpers need PyTorch; the raw-pointer API "
+                              "(make_problem, plan, Plan.forward) does not") from None
+        _torch_module = torch
+    return _torch_module
 
 
 _PLAN_CACHE_MAX = 256

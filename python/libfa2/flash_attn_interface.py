@@ -76,8 +76,8 @@ def _plain_inference(q, k, v, sinks):
     (Anything else takes attention_with_lse, which pads, copies or records.)"""
     if _tracked(q, k, v, sinks):
         return False
-    return (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and q.shape[-1] % 8 == 0 and
-            q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1 and
+    return (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and q.shape[3] % 8 == 0 and
+            q.stride(3) == 1 and k.stride(3) == 1 and v.stride(3) == 1 and
             not _torch().compiler.is_compiling())
 
 
@@ -98,9 +98,15 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     [heads_q]. sinks (keyword-only, libfa2's): float32 [heads_q] attention-sink logits."""
     if dropout_p:
         _refuse("flash_attn_func", dropout_p)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _tensor(name, t)
-    causal, left, right = flash_window(window_size, causal, k.shape[1] if k.dim() == 4 else 0)
+    tensor = _torch().Tensor
+    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor)):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _tensor(name, t)
+    if type(window_size) is tuple and window_size == (-1, -1):
+        causal, left, right = bool(causal), -1, -1  # flash_window's answer for no window
+    else:
+        causal, left, right = flash_window(window_size, causal,
+                                           k.shape[1] if k.dim() == 4 else 0)
     if _plain_inference(q, k, v, sinks):  # straight to the (cached) forward call
         res = forward(q, k, v, causal=causal, window=(left, right), softmax_scale=softmax_scale,
                       deterministic=deterministic, softcap=softcap, alibi_slopes=alibi_slopes,
@@ -325,7 +331,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if k is None and v is None and not check_metadata:
         tensors = (q, k_cache, v_cache, block_table, cache_batch_idx, cache_seqlens,
                    alibi_slopes, sinks)
-        sigs = _calls.signatures(tensors)
+        if (block_table is None and cache_batch_idx is None and alibi_slopes is None and
+                sinks is None):  # the common case's shorter signature
+            sigs = _calls.qkv_signature(q, k_cache, v_cache)
+            lens = _calls.signatures((cache_seqlens,))
+            sigs = None if sigs is None or lens is None else sigs + lens
+        else:
+            sigs = _calls.signatures(tensors)
         if sigs is not None and sigs[0] != ():
             key = ("kvcache", sigs, softmax_scale, causal, window_size, softcap, num_splits,
                    return_softmax_lse)

@@ -30,8 +30,10 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     the LSE returned includes the sink. A repeated call signature (docs/ffi.md, "Repeated
     calls") skips the checks that depend on it only."""
     tensors = (q, k, v, out, lse, alibi_slopes, sinks)
-    key = _forward_key(tensors, return_lse, causal, window, softmax_scale, deterministic,
-                       num_splits, softcap, lib)
+    sig = _calls.qkv_signature(q, k, v) if (out is None and lse is None and alibi_slopes is None
+                                            and sinks is None) else _forward_signature(tensors)
+    key = None if sig is None else ("forward", sig, return_lse, causal, window, softmax_scale,
+                                    deterministic, num_splits, softcap, lib)
     call = _calls.lookup(key)
     if call is None or not _calls.storages_hold(call.spans, tensors):
         call = _calls.store(key, _forward_call(
@@ -42,12 +44,10 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     return (o, lse) if call.returns_lse else o
 
 
-def _forward_key(tensors, *options):
-    """The call signature of a dense forward (None: not cacheable)."""
+def _forward_signature(tensors):
+    """The tensors' part of a dense forward's signature (None: not cacheable)."""
     sigs = _calls.signatures(tensors)
-    if sigs is None or sigs[0] == ():
-        return None
-    return ("forward", sigs, options)
+    return None if sigs is None or sigs[0] == () else sigs
 
 
 def _forward_call(q, k, v, out, lse, alibi_slopes, sinks, *, return_lse, causal, window,
@@ -89,7 +89,13 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     copy's) and one address per element, else Fa2Overlap / Fa2ShapeError before any C
     call. With seqlen_k = 0, dq is zero and dk, dv have no elements."""
     tensors = (d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks)
-    sigs = _calls.signatures(tensors)
+    if (dq is None and dk is None and dv is None and alibi_slopes is None and
+            sinks is None):
+        qkv = _calls.qkv_signature(q, k, v)
+        rest = _calls.qkv_signature(d_o, o, lse)
+        sigs = None if qkv is None or rest is None else qkv + rest
+    else:
+        sigs = _calls.signatures(tensors)
     key = None if sigs is None else ("backward", sigs, causal, window, softmax_scale,
                                      deterministic, softcap, lib)
     call = _calls.lookup(key)
@@ -137,9 +143,10 @@ def _backward_call(d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks, *, cau
     p = plan_for(q_c, k_c, v_c, o, causal=causal, window=window,
                  softmax_scale=softmax_scale, deterministic=deterministic, softcap=softcap,
                  alibi=alibi_stride(alibi_slopes), sinks=sinks is not None, lib=lib)
+    layouts = tuple((t.shape, t.stride()) for t in (q_c, k_c, v_c))
     return _calls.BackwardCall(
-        p, q.device, copies, d_o.stride() != o.stride(),
-        tuple((t.shape, t.stride()) for t in (q_c, k_c, v_c)),
+        p, q.device, copies, d_o.stride() != o.stride(), layouts,
+        all(_torch().empty_like(t).stride() == t.stride() for t in (q_c, k_c, v_c)),
         alibi_slopes is not None or sinks is not None, spans_)
 
 
@@ -304,25 +311,31 @@ def attention_with_lse(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=
     input needs a gradient); under torch.compile, through the custom ops libfa2::fwd and
     libfa2::bwd, which it traces without a graph break."""
     torch = _torch()
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise Fa2ShapeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
+    tensor = torch.Tensor
+    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor)):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, tensor):
+                raise Fa2ShapeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
     if q.dim() and q.stride(-1) != 1:
         q = q.contiguous()
     if k.dim() and k.stride(-1) != 1:
         k = k.contiguous()
     if v.dim() and v.stride(-1) != 1:
         v = v.contiguous()
-    window_left, window_right = (int(w) for w in window)
-    options = (bool(causal), window_left, window_right,
-               None if softmax_scale is None else float(softmax_scale), bool(deterministic),
-               float(softcap))
+    if type(window) is not tuple or window != (-1, -1):
+        window = tuple(int(w) for w in window)
+        if len(window) != 2:
+            raise ValueError(f"window={window}: expected (left, right)")
     if torch.compiler.is_compiling():
-        return _custom_ops().fwd(q, k, v, *options, alibi_slopes, sinks)
+        return _custom_ops().fwd(q, k, v, bool(causal), window[0], window[1],
+                                 None if softmax_scale is None else float(softmax_scale),
+                                 bool(deterministic), float(softcap), alibi_slopes, sinks)
     if _tracked(q, k, v, sinks):
-        return _autograd_function().apply(q, k, v, *options, alibi_slopes, sinks)
-    return forward(q, k, v, causal=options[0], window=options[1:3], softmax_scale=options[3],
-                   deterministic=options[4], softcap=options[5], alibi_slopes=alibi_slopes,
+        return (_function or _autograd_function()).apply(
+            q, k, v, (causal, window, softmax_scale, deterministic, softcap), alibi_slopes,
+            sinks)
+    return forward(q, k, v, causal=causal, window=window, softmax_scale=softmax_scale,
+                   deterministic=deterministic, softcap=softcap, alibi_slopes=alibi_slopes,
                    sinks=sinks, return_lse=True)
 
 
@@ -348,26 +361,30 @@ def _autograd_function():
 
     class Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, causal, window_left, window_right, softmax_scale,
-                    deterministic, softcap, alibi_slopes, sinks):
-            o, lse = forward(q, k, v, causal=causal, window=(window_left, window_right),
+        def forward(ctx, q, k, v, options, alibi_slopes, sinks):
+            causal, window, softmax_scale, deterministic, softcap = options
+            o, lse = forward(q, k, v, causal=causal, window=window,
                              softmax_scale=softmax_scale, deterministic=deterministic,
                              softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
                              return_lse=True)
             ctx.save_for_backward(q, k, v, o, lse, alibi_slopes, sinks)
             ctx.mark_non_differentiable(lse)
-            ctx.options = (causal, (window_left, window_right), softmax_scale, deterministic,
-                           softcap)
+            # No gradient for the LSE is ever used: None, rather than a tensor of zeros
+            # allocated and filled on every backward.
+            ctx.set_materialize_grads(False)
+            ctx.options = options
             return o, lse
 
         @staticmethod
         def backward(ctx, d_o, d_lse):
+            if d_o is None:  # O took no part in what is differentiated
+                return (None,) * 6
             q, k, v, o, lse, alibi_slopes, sinks = ctx.saved_tensors
             causal, window, softmax_scale, deterministic, softcap = ctx.options
             grads = backward(d_o, q, k, v, o, lse, causal=causal, window=window,
                              softmax_scale=softmax_scale, deterministic=deterministic,
                              softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-            return grads[:3] + (None,) * 7 + (grads[3] if sinks is not None else None,)
+            return grads[:3] + (None, None, grads[3] if sinks is not None else None)
 
     with _lock:
         if _function is None:

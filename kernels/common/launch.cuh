@@ -11,28 +11,13 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/driver_entry.cuh"
 #include "common/fault_hook.h"
+#include "common/smem_grants.cuh"
 
 namespace fa2 {
 
 using DriverSetAttribute = CUresult (*)(CUfunction, CUfunction_attribute, int);
-
-// A driver function through the runtime's entry point (no link to the driver library);
-// NULL if missing.
-template <typename Fn>
-static inline Fn driver_entry_point(const char *name)
-{
-    void *p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    const cudaError_t e =
-        cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found);
-#else
-    const cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &found);
-#endif
-    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(p)
-                                                                     : nullptr;
-}
 
 // cuFuncSetAttribute, looked up once per translation unit; NULL if missing. Internal
 // linkage: no symbol shared between objects.
@@ -43,22 +28,29 @@ static inline DriverSetAttribute driver_set_attribute()
     return fn;
 }
 
-// Raises the kernel's dynamic shared-memory limit when it needs more than 48 KiB.
+// Raises the kernel's dynamic shared-memory limit when it needs more than 48 KiB, once
+// per context (smem_grants.cuh).
 template <typename Kernel>
 cudaError_t allow_smem(Kernel kernel, int smem_bytes)
 {
     if (smem_bytes <= 48 * 1024) return cudaSuccess;
     if (const int e = fa2_fault("cuFuncSetAttribute")) return static_cast<cudaError_t>(e);
+    const void *symbol = reinterpret_cast<const void *>(kernel);
+    const unsigned long long context = current_context_id();
+    SmemGrant *grant = context ? smem_grant_slot(symbol) : nullptr;
+    if (grant && smem_granted(grant, context, smem_bytes)) return cudaSuccess;
     const DriverSetAttribute set = driver_set_attribute();
     cudaFunction_t function = nullptr;
     if (!set) return cudaErrorSymbolNotFound;
-    const cudaError_t e = cudaGetFuncBySymbol(&function, reinterpret_cast<const void *>(kernel));
+    const cudaError_t e = cudaGetFuncBySymbol(&function, symbol);
     if (e != cudaSuccess) return e;
     // The driver's codes for what can fail here equal the runtime's (both number them
     // alike since CUDA 11).
-    return static_cast<cudaError_t>(set(reinterpret_cast<CUfunction>(function),
-                                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                        smem_bytes));
+    const cudaError_t set_error = static_cast<cudaError_t>(
+        set(reinterpret_cast<CUfunction>(function),
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes));
+    if (set_error == cudaSuccess && grant) smem_record_grant(grant, context, smem_bytes);
+    return set_error;
 }
 
 // A 1-D grid of `grid` blocks (none: nothing to do). The planner bounds every grid by

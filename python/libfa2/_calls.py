@@ -271,6 +271,28 @@ class BackwardCall:
         return grads + (() if dsinks is None else (dsinks,))
 
 
+_status_sinks = []  # every sink made (never freed: a captured graph may hold an address)
+
+
+def status_sink(q, nbytes):
+    """The address of a buffer of at least nbytes on q's device that packed forwards
+    without key splits take as their workspace. Such a workspace receives only the
+    per-sequence metadata verdicts (kernels/common/varlen_check.cuh), which no kernel of
+    the call reads back and nothing else reads here (check_metadata allocates its own),
+    so calls on any stream may share one: no allocation per call. 0 (allocate per call)
+    while the stream is being captured into a CUDA graph: a sink is made outside."""
+    torch = sys.modules["torch"]
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        return 0
+    with _lock:
+        for sink in reversed(_status_sinks):
+            if sink.device == q.device and sink.numel() >= nbytes:
+                return sink.data_ptr()
+        sink = q.new_empty(max(nbytes, 4096), dtype=torch.uint8)
+        _status_sinks.append(sink)
+        return sink.data_ptr()
+
+
 class PackedCall:
     """A checked packed or paged forward (flash_attn_varlen_func without autograd,
     flash_attn_with_kvcache without new rows): O (new in q's shape, or given), the LSE
@@ -287,6 +309,9 @@ class PackedCall:
         self.defaults = defaults
         self.variants = variants
         self.workspace_bytes = int(plan.workspace_bytes)
+        # without key splits the workspace holds only the metadata verdicts: a shared sink
+        self.sink = status_sink(q, self.workspace_bytes) \
+            if self.workspace_bytes and plan.splits <= 1 else 0
         self.launch = Launch(plan.lib, plan, "fa2_forward_with" if variants
                              else "fa2_forward_varlen", q.device)
         if variants:
@@ -305,11 +330,12 @@ class PackedCall:
         lse = None if self.lse_shape is None else \
             q.new_empty(self.lse_shape, dtype=torch.float32)
         n = self.workspace_bytes
-        workspace = q.new_empty(n, dtype=torch.uint8) if n else None
+        scratch = q.new_empty(n, dtype=torch.uint8) if n and not self.sink else None
+        workspace = self.sink or pointer(scratch)
         if not self.variants:
             self.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), pointer(lse),
                         cu_seqlens_q.data_ptr(), pointer(cu_seqlens_k), pointer(seqused_k),
-                        pointer(page_table), pointer(workspace), n)
+                        pointer(page_table), workspace, n)
         else:
             args = type(self.args).from_buffer_copy(self.args)
             args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), \
@@ -318,6 +344,6 @@ class PackedCall:
             args.cu_seqlens_k, args.seqused_k = pointer(cu_seqlens_k), pointer(seqused_k)
             args.page_table = pointer(page_table)
             args.alibi_slopes, args.sinks = pointer(alibi_slopes), pointer(sinks)
-            args.workspace, args.workspace_bytes = pointer(workspace), n
+            args.workspace, args.workspace_bytes = workspace, n
             self.launch.with_args(args)
         return out, lse

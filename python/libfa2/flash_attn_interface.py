@@ -13,8 +13,8 @@ from ._cdefs import MAX_WINDOW
 from ._library import _lock
 from ._tensors import _check_score_tensors, _check_tensors, _torch, alibi_stride
 from .errors import Fa2ShapeError
-from .ops import (_check_offsets, _custom_ops, _tracked, _varlen_forward, _varlen_plan,
-                  attention_with_lse, cache_write, forward, paged_forward, paged_plan)
+from .ops import (_check_offsets, _custom_ops, _forward, _tracked, _varlen_forward,
+                  _varlen_plan, attention_with_lse, cache_write, paged_forward, paged_plan)
 
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
@@ -108,9 +108,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         causal, left, right = flash_window(window_size, causal,
                                            k.shape[1] if k.dim() == 4 else 0)
     if _plain_inference(q, k, v, sinks):  # straight to the (cached) forward call
-        res = forward(q, k, v, causal=causal, window=(left, right), softmax_scale=softmax_scale,
-                      deterministic=deterministic, softcap=softcap, alibi_slopes=alibi_slopes,
-                      sinks=sinks, return_lse=return_attn_probs)
+        res = _forward((q, k, v, None, None, alibi_slopes, sinks),
+                       (return_attn_probs, causal, (left, right), softmax_scale,
+                        deterministic, 0, softcap, None))
         return (res[0], res[1], None) if return_attn_probs else res
     (q, k, v), softmax_scale, d = _padded((q, k, v), softmax_scale)
     out, lse = attention_with_lse(q, k, v, causal=causal, window=(left, right),

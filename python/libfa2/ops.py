@@ -29,13 +29,23 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     (float32 [heads_q] on q's device): the score variants as include/fa2.h defines them;
     the LSE returned includes the sink. A repeated call signature (docs/ffi.md, "Repeated
     calls") skips the checks that depend on it only."""
-    tensors = (q, k, v, out, lse, alibi_slopes, sinks)
+    return _forward((q, k, v, out, lse, alibi_slopes, sinks),
+                    (return_lse, causal, window, softmax_scale, deterministic, num_splits,
+                     softcap, lib))
+
+
+def _forward(tensors, options):
+    """forward() on tensors (q, k, v, out, lse, alibi_slopes, sinks) and options
+    (return_lse, causal, window, softmax_scale, deterministic, num_splits, softcap, lib):
+    the cached call of the signature, made first if there is none."""
+    q, k, v, out, lse, alibi_slopes, sinks = tensors
     sig = _calls.qkv_signature(q, k, v) if (out is None and lse is None and alibi_slopes is None
                                             and sinks is None) else _forward_signature(tensors)
-    key = None if sig is None else ("forward", sig, return_lse, causal, window, softmax_scale,
-                                    deterministic, num_splits, softcap, lib)
+    key = None if sig is None else ("forward", sig, options)
     call = _calls.lookup(key)
     if call is None or not _calls.storages_hold(call.spans, tensors):
+        (return_lse, causal, window, softmax_scale, deterministic, num_splits, softcap,
+         lib) = options
         call = _calls.store(key, _forward_call(
             *tensors, return_lse=return_lse, causal=causal, window=window,
             softmax_scale=softmax_scale, deterministic=deterministic, num_splits=num_splits,
@@ -88,7 +98,15 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
     given dq, dk or dv must have the strides the library writes (its input's, or the
     copy's) and one address per element, else Fa2Overlap / Fa2ShapeError before any C
     call. With seqlen_k = 0, dq is zero and dk, dv have no elements."""
-    tensors = (d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks)
+    return _backward((d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks),
+                     (causal, window, softmax_scale, deterministic, softcap, lib))
+
+
+def _backward(tensors, options):
+    """backward() on tensors (d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks) and
+    options (causal, window, softmax_scale, deterministic, softcap, lib): the cached call
+    of the signature, made first if there is none."""
+    d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks = tensors
     if (dq is None and dk is None and dv is None and alibi_slopes is None and
             sinks is None):
         qkv = _calls.qkv_signature(q, k, v)
@@ -96,10 +114,10 @@ def backward(d_o, q, k, v, o, lse, *, causal=False, window=(-1, -1), softmax_sca
         sigs = None if qkv is None or rest is None else qkv + rest
     else:
         sigs = _calls.signatures(tensors)
-    key = None if sigs is None else ("backward", sigs, causal, window, softmax_scale,
-                                     deterministic, softcap, lib)
+    key = None if sigs is None else ("backward", sigs, options)
     call = _calls.lookup(key)
     if call is None or not _calls.storages_hold(call.spans, tensors):
+        causal, window, softmax_scale, deterministic, softcap, lib = options
         call = _calls.store(key, _backward_call(
             *tensors, causal=causal, window=window, softmax_scale=softmax_scale,
             deterministic=deterministic, softcap=softcap, lib=lib))
@@ -299,9 +317,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
     inputs get correct gradients; sk = 0 gives o = 0 and dq = 0. softcap (0 = off),
     alibi_slopes and sinks (float32 [heads_q] on q's device): the score variants of
     include/fa2.h; sinks get a gradient, the slopes none."""
-    return attention_with_lse(q, k, v, causal=causal, window=window,
-                              softmax_scale=softmax_scale, deterministic=deterministic,
-                              softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)[0]
+    return _attention(q, k, v, causal, window, softmax_scale, deterministic, softcap,
+                      alibi_slopes, sinks)[0]
 
 
 def attention_with_lse(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None,
@@ -310,6 +327,12 @@ def attention_with_lse(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=
     Eager calls go through a torch.autograd.Function (or straight to forward() when no
     input needs a gradient); under torch.compile, through the custom ops libfa2::fwd and
     libfa2::bwd, which it traces without a graph break."""
+    return _attention(q, k, v, causal, window, softmax_scale, deterministic, softcap,
+                      alibi_slopes, sinks)
+
+
+def _attention(q, k, v, causal, window, softmax_scale, deterministic, softcap, alibi_slopes,
+               sinks):
     torch = _torch()
     tensor = torch.Tensor
     if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor)):
@@ -334,9 +357,8 @@ def attention_with_lse(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=
         return (_function or _autograd_function()).apply(
             q, k, v, (causal, window, softmax_scale, deterministic, softcap), alibi_slopes,
             sinks)
-    return forward(q, k, v, causal=causal, window=window, softmax_scale=softmax_scale,
-                   deterministic=deterministic, softcap=softcap, alibi_slopes=alibi_slopes,
-                   sinks=sinks, return_lse=True)
+    return _forward((q, k, v, None, None, alibi_slopes, sinks),
+                    (True, causal, window, softmax_scale, deterministic, 0, softcap, None))
 
 
 def _tracked(q, k, v, sinks):
@@ -363,10 +385,9 @@ def _autograd_function():
         @staticmethod
         def forward(ctx, q, k, v, options, alibi_slopes, sinks):
             causal, window, softmax_scale, deterministic, softcap = options
-            o, lse = forward(q, k, v, causal=causal, window=window,
-                             softmax_scale=softmax_scale, deterministic=deterministic,
-                             softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-                             return_lse=True)
+            o, lse = _forward((q, k, v, None, None, alibi_slopes, sinks),
+                              (True, causal, window, softmax_scale, deterministic, 0, softcap,
+                               None))
             ctx.save_for_backward(q, k, v, o, lse, alibi_slopes, sinks)
             ctx.mark_non_differentiable(lse)
             # No gradient for the LSE is ever used: None, rather than a tensor of zeros
@@ -380,10 +401,8 @@ def _autograd_function():
             if d_o is None:  # O took no part in what is differentiated
                 return (None,) * 6
             q, k, v, o, lse, alibi_slopes, sinks = ctx.saved_tensors
-            causal, window, softmax_scale, deterministic, softcap = ctx.options
-            grads = backward(d_o, q, k, v, o, lse, causal=causal, window=window,
-                             softmax_scale=softmax_scale, deterministic=deterministic,
-                             softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+            grads = _backward((d_o, q, k, v, o, lse, None, None, None, alibi_slopes, sinks),
+                              ctx.options + (None,))
             return grads[:3] + (None, None, grads[3] if sinks is not None else None)
 
     with _lock:

@@ -70,15 +70,12 @@ def _padded(tensors, softmax_scale):
     return padded, d ** -0.5 if softmax_scale is None else softmax_scale, d
 
 
-def _plain_inference(q, k, v, sinks):
-    """Whether a dense call can go to ops.forward as it is: no gradient to record, not
-    being traced, BSHD tensors with a head dim that is a multiple of 8 and of stride 1.
-    (Anything else takes attention_with_lse, which pads, copies or records.)"""
-    if _tracked(q, k, v, sinks):
-        return False
+def _plain_layout(q, k, v):
+    """Whether ops.forward takes these tensors as they are: BSHD, with a head dim that is
+    a multiple of 8 and of stride 1. (Others take attention_with_lse, which pads or
+    copies.)"""
     return (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and q.shape[3] % 8 == 0 and
-            q.stride(3) == 1 and k.stride(3) == 1 and v.stride(3) == 1 and
-            not _torch().compiler.is_compiling())
+            q.stride(3) == 1 and k.stride(3) == 1 and v.stride(3) == 1)
 
 
 def _tensor(name, t):
@@ -107,11 +104,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     else:
         causal, left, right = flash_window(window_size, causal,
                                            k.shape[1] if k.dim() == 4 else 0)
-    if _plain_inference(q, k, v, sinks):  # straight to the (cached) forward call
+    if not _tracked(q, k, v, sinks) and not _torch().compiler.is_compiling():
+        # nothing to record: the cached forward call (a cached signature had a plain layout)
         res = _forward((q, k, v, None, None, alibi_slopes, sinks),
                        (return_attn_probs, causal, (left, right), softmax_scale,
-                        deterministic, 0, softcap, None))
-        return (res[0], res[1], None) if return_attn_probs else res
+                        deterministic, 0, softcap, None), lambda: _plain_layout(q, k, v))
+        if res is not None:
+            return (res[0], res[1], None) if return_attn_probs else res
     (q, k, v), softmax_scale, d = _padded((q, k, v), softmax_scale)
     out, lse = attention_with_lse(q, k, v, causal=causal, window=(left, right),
                                   softmax_scale=softmax_scale, deterministic=deterministic,

@@ -34,16 +34,20 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
                      softcap, lib))
 
 
-def _forward(tensors, options):
+def _forward(tensors, options, takes_new=None):
     """forward() on tensors (q, k, v, out, lse, alibi_slopes, sinks) and options
     (return_lse, causal, window, softmax_scale, deterministic, num_splits, softcap, lib):
-    the cached call of the signature, made first if there is none."""
+    the cached call of the signature, made first if there is none. takes_new(): asked
+    only then; when it says False, nothing runs and None is returned (the caller has
+    another path for such calls)."""
     q, k, v, out, lse, alibi_slopes, sinks = tensors
     sig = _calls.qkv_signature(q, k, v) if (out is None and lse is None and alibi_slopes is None
                                             and sinks is None) else _forward_signature(tensors)
     key = None if sig is None else ("forward", sig, options)
     call = _calls.lookup(key)
     if call is None or not _calls.storages_hold(call.spans, tensors):
+        if takes_new is not None and not takes_new():
+            return None
         (return_lse, causal, window, softmax_scale, deterministic, num_splits, softcap,
          lib) = options
         call = _calls.store(key, _forward_call(

@@ -132,6 +132,36 @@ class CallCache(unittest.TestCase):
         with torch.no_grad():
             self.assertIsNone(fa2.attention(qg, kg, vg).grad_fn)
 
+    def test_flash_attn_func_routes(self):
+        q, k, v = self.q, self.k, self.v
+        with torch.no_grad():
+            for _ in range(2):  # a plain layout: the cached forward call
+                o = flash_attn_interface.flash_attn_func(q, k, v, causal=True)
+            self.assertEqual(len(_calls._cache), 1)
+            self.assertEqual(launched[-1], ("fa2_forward", launched[-1][1]))
+            self.assertEqual(launched[-1][1][3], o.data_ptr())
+            # head dim 60: no plan has it, so no cached call either; padded to 64
+            q60, k60, v60 = (t[..., :60] for t in (q, k, v))
+            for _ in range(2):
+                o60 = flash_attn_interface.flash_attn_func(q60, k60, v60)
+            self.assertEqual(tuple(o60.shape), (2, 64, 4, 60))
+            self.assertEqual(o60.stride(2), 64)  # a slice of the padded O
+        qg = q.clone().requires_grad_()
+        out = flash_attn_interface.flash_attn_func(qg, k, v)
+        self.assertEqual(type(out.grad_fn).__name__, "AttentionBackward")
+
+    def test_packed_calls_without_splits_share_a_sink(self):
+        q, k, v = (torch.randn(100, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+        cu = torch.tensor([0, 30, 100], dtype=torch.int32)
+        fa2.flash_attn_varlen_func(q, k, v, cu, cu, 70, 70)
+        fa2.flash_attn_varlen_func(q[:50], k, v, torch.tensor([0, 20, 50], dtype=torch.int32),
+                                   cu, 30, 70)
+        first, second = launched[-2][1], launched[-1][1]
+        self.assertEqual(first[-1], 8)  # the plans' workspace: 4 bytes per sequence
+        self.assertNotEqual(first[-2], 0)
+        self.assertEqual(first[-2], second[-2])  # one sink, no allocation per call
+        self.assertIn(first[-2], [t.data_ptr() for t in _calls._status_sinks])
+
     def test_kvcache_follows_new_lengths_and_tables(self):
         k_cache = torch.randn(9, 16, 2, 64, dtype=torch.bfloat16)
         v_cache = torch.randn_like(k_cache)

@@ -431,7 +431,10 @@ static void test_backward_rejections(void **state)
     BWD("plan edited: head_dim 4096", c.plan = &bad, FA2_ERROR_BAD_PLAN, "head_dim=4096");
     bad = g_plan, bad.problem.seqlen_q = INT64_C(1) << 40;
     BWD("plan edited: seqlen_q 2^40", c.plan = &bad, FA2_ERROR_BAD_PLAN, "seqlen_q=");
-    bad = g_plan, bad.device.cc_major = 8, bad.device.cc_minor = 6; /* no Hopper kernels */
+    /* sm_86 with its shared memory: no Hopper kernels, smaller tiles (a build without
+     * sm_90a plans mma.sync kernels for both devices: the tiles tell them apart) */
+    bad = g_plan, bad.device.cc_major = 8, bad.device.cc_minor = 6;
+    bad.device.smem_per_block_optin = 101376, bad.device.smem_per_sm = 102400;
     BWD("plan edited: device", c.plan = &bad, FA2_ERROR_BAD_PLAN, "changed after fa2_plan");
     BWD("q misaligned", c.q = MIS(g_q, 2), FA2_ERROR_MISALIGNED, "q=");
     BWD("k misaligned", c.k = MIS(g_k, 8), FA2_ERROR_MISALIGNED, "k=");

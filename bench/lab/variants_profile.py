@@ -6,8 +6,9 @@ FA2_PROFILE=1):
         python3 bench/lab/variants_profile.py --lib build/libfa2.so
 The kernels come in that order: plain, softcap, ALiBi. `--summary ncu.csv` prints, per
 kernel, its time, each pipe's and the issue slots' use, and its largest warp stalls.
-Against a library built with FA2_PHASE_TRACE 1 (kernels/common/phase_trace.cuh) each
-forward prints its traced block's stamps; `--trace LOG` sums them up per kernel and math
+Against a library built with the phase trace (`git apply bench/lab/phase_trace.patch`,
+then FA2_PHASE_TRACE 1 in kernels/common/phase_trace.cuh) each forward prints its traced
+block's stamps; `--trace LOG` sums them up per kernel and math
 warpgroup: median clocks per tile and of each phase, and what runs beside each softmax phase."""
 import argparse
 import csv

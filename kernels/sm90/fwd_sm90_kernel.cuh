@@ -12,7 +12,6 @@
 #include "common/epilogue.cuh"
 #include "common/mask.cuh"
 #include "common/paged_tile.cuh"
-#include "common/phase_trace.cuh"
 #include "common/score_variants.cuh"
 #include "common/ptx.cuh"
 #include "common/seqinfo.cuh"
@@ -348,11 +347,6 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 }
             };
 
-            [[maybe_unused]] PhaseTrace trace;
-#if FA2_PHASE_TRACE
-            __shared__ int trace_flag;
-            trace.claim(&trace_flag, tid, tiles, kScores);
-#endif
             cp_async_wait<0>();  // Q
             wait_k(0);
             fence_proxy_async();
@@ -360,9 +354,6 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 named_barrier_sync(1, Tr::kThreads);  // every math thread's Q rows landed
             else
                 __syncthreads();
-#if FA2_PHASE_TRACE
-            trace.start(&trace_flag, warp, lane);
-#endif
             if (kPingpong && math_wg == 1) named_barrier_arrive(2, Tr::kThreads);
             {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
@@ -384,18 +375,13 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
             }
             for (int j = 1; j < tiles; ++j) {
                 float s[1][Tr::kNTiles][4], alpha[1][2];
-                trace.mark(j, kTraceTop);
                 wait_k(j);
-                trace.mark(j, kTraceKReady);
                 take_turn();
-                trace.mark(j, kTraceTurn);
                 issue_s(s, j);
                 issue_pv(j - 1, pv_zero);
                 if constexpr (!kLateTurn) pass_turn();
-                trace.mark(j, kTraceIssued);
                 wgmma_wait<1>();  // S; the P V may still run
                 reg_fence(s[0]);
-                trace.mark(j, kTraceSReady);
                 if constexpr (kProducer) {
                     mbarrier_arrive(ProducerBars{bars}.k_free(j));  // S read K
                 } else {
@@ -404,10 +390,8 @@ __global__ void __launch_bounds__(FwdSm90Launch<Tr, kKv>::kThreads, 1)
                 }
                 bool warp_zero;
                 const bool rescale = probabilities(s, key_of(j), alpha, true, warp_zero, pv_zero);
-                trace.mark(j, kTraceSoftmax);
                 wgmma_wait<0>();  // tile j - 1's P V
                 reg_fence(o[0]);
-                trace.mark(j, kTracePvDone);
                 if (!kBoundedScores && rescale) softmax.rescale(o, alpha);
                 if constexpr (kProducer) {
                     mbarrier_arrive(ProducerBars{bars}.v_free(j - 1));  // P V read V(j - 1)

@@ -98,9 +98,6 @@ cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream)
                   "the planner's producer shared memory");
     e = launch_one(kernel, grid, producer ? ProducerLaunch::kThreads : Tr::kThreads,
                    producer ? ProducerLaunch::kSmemBytes : Tr::kSmemBytes, stream, args);
-#if FA2_PHASE_TRACE
-    if (e == cudaSuccess) print_phase_trace<<<1, 1, 0, stream>>>();
-#endif
     return e;
 }
 

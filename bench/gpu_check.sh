@@ -50,10 +50,12 @@
 #                    conformance.log
 #   FA2_HOST=1       also run the host-cost benchmarks: build/bench/fa2_host_overhead (the
 #                    C calls against an empty launch) and bench/host_overhead.py (every
-#                    Python entry point beside SDPA, and the seeds' training benchmark);
-#                    host.log, host.csv. FA2_HOST_PACKAGE=DIR: bench/host_overhead.py
-#                    also times the libfa2 package in DIR (an older python/ folder, as
-#                    for FA2_BASELINE) in the same rounds, column "before"
+#                    Python entry point beside SDPA, and the seeds' training benchmark),
+#                    bench/lab/host_pieces.py and backward_thread.py (the steps of a call,
+#                    libfa2.backward inside autograd); host.log, host.csv.
+#                    FA2_HOST_PACKAGE=DIR: bench/host_overhead.py also times the libfa2
+#                    package in DIR (an older python/ folder, as for FA2_BASELINE) in the
+#                    same rounds, column "before"
 #   FA2_SANITIZER=1  also run `ctest -L sanitizer` (compute-sanitizer memcheck, racecheck,
 #                    synccheck, initcheck over tests/test_sanitizer_subset.c; the main
 #                    ctest step leaves that label out either way), log sanitizer.log
@@ -201,6 +203,10 @@ if [ "${FA2_HOST:-0}" = 1 ]; then
     run_step host-python "$OUT/host.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
         python3 bench/host_overhead.py --csv "$OUT/host.csv" \
         ${FA2_HOST_PACKAGE:+--baseline "$FA2_HOST_PACKAGE"}
+    run_step host-pieces "$OUT/host.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
+        python3 bench/lab/host_pieces.py
+    run_step host-backward-thread "$OUT/host.log" env FA2_LIBRARY="$PWD/$BUILD/libfa2.so" \
+        python3 bench/lab/backward_thread.py
 fi
 
 if [ "${FA2_DECODE:-0}" = 1 ]; then

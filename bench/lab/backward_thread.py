@@ -36,11 +36,7 @@ def main():
         def backward(ctx, d):
             return d
 
-    class WithBackward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.view_as(x)
-
+    class WithBackward(Identity):
         @staticmethod
         def backward(ctx, d):
             return libfa2.backward(d, q, k, v, o, lse)[0]

@@ -133,19 +133,16 @@ class Launch:
         self.plan_ref = ctypes.byref(plan.raw)
         self.function = function
         self.c_function = getattr(lib.cdll, function)
-        self.device = device
         self.index = device.index
 
     def __call__(self, *pointers):
         """Calls the C function on (plan, *pointers, the device's current stream); a
         non-zero status raised."""
         current_device, current_stream = _cuda or _cuda_getters()
-        index = self.index
-        if current_device() == index:
-            status = self.c_function(self.plan_ref, *pointers, current_stream(index))
-        else:
-            with sys.modules["torch"].cuda.device(index):
-                status = self.c_function(self.plan_ref, *pointers, current_stream(index))
+        if current_device() != self.index:
+            with sys.modules["torch"].cuda.device(self.index):
+                return self(*pointers)
+        status = self.c_function(self.plan_ref, *pointers, current_stream(self.index))
         if status:
             self.lib.check(status, self.function)
 
@@ -153,14 +150,11 @@ class Launch:
         """Calls fa2_forward_with / fa2_backward_with on an args struct whose stream is
         filled here."""
         current_device, current_stream = _cuda or _cuda_getters()
-        index = self.index
-        if current_device() == index:
-            args.stream = current_stream(index)
-            status = self.c_function(self.plan_ref, ctypes.byref(args))
-        else:
-            with sys.modules["torch"].cuda.device(index):
-                args.stream = current_stream(index)
-                status = self.c_function(self.plan_ref, ctypes.byref(args))
+        if current_device() != self.index:
+            with sys.modules["torch"].cuda.device(self.index):
+                return self.with_args(args)
+        args.stream = current_stream(self.index)
+        status = self.c_function(self.plan_ref, ctypes.byref(args))
         if status:
             self.lib.check(status, self.function)
 
@@ -170,6 +164,12 @@ class Launch:
         getattr(self.lib.cdll, self.function.replace("_with", "_args_init"))(
             ctypes.byref(args))
         return args
+
+
+def empty_output(q, like_q):
+    """A new O for q (O has q's shape, dtype and device): torch.empty_like(q) when that is
+    contiguous (like_q: q is), the cheapest allocation from Python; else contiguous."""
+    return sys.modules["torch"].empty_like(q) if like_q else q.new_empty(q.shape)
 
 
 def pointer(t):
@@ -185,7 +185,6 @@ class ForwardCall:
     def __init__(self, plan, q, out, lse_shape, kv_from_q, variants, returns_lse, spans_):
         self.returns_lse = returns_lse
         self.spans = spans_
-        self.o_shape, self.dtype, self.device = q.shape, q.dtype, q.device
         self.o_like_q = q.is_contiguous()  # torch.empty_like(q) is then a contiguous O
         self.lse_shape = lse_shape  # None: no LSE unless one is given
         self.kv_from_q = kv_from_q  # no key row: Q's pointer stands in for K and V
@@ -200,7 +199,7 @@ class ForwardCall:
     def run(self, q, k, v, out, lse, alibi_slopes, sinks):
         torch = sys.modules["torch"]
         if out is None:
-            out = torch.empty_like(q) if self.o_like_q else q.new_empty(self.o_shape)
+            out = empty_output(q, self.o_like_q)
         if lse is None and self.lse_shape is not None:
             lse = q.new_empty(self.lse_shape, dtype=torch.float32)
         n = self.workspace_bytes
@@ -303,7 +302,6 @@ class PackedCall:
 
     def __init__(self, plan, q, lse_shape, defaults, variants, spans_):
         self.spans = spans_
-        self.o_shape, self.dtype, self.device = q.shape, q.dtype, q.device
         self.o_like_q = q.is_contiguous()  # torch.empty_like(q) is then a contiguous O
         self.lse_shape = lse_shape
         self.defaults = defaults
@@ -326,7 +324,7 @@ class PackedCall:
         seqused_k = used if seqused_k is None else seqused_k
         page_table = table if page_table is None else page_table
         if out is None:
-            out = torch.empty_like(q) if self.o_like_q else q.new_empty(self.o_shape)
+            out = empty_output(q, self.o_like_q)
         lse = None if self.lse_shape is None else \
             q.new_empty(self.lse_shape, dtype=torch.float32)
         n = self.workspace_bytes

@@ -168,7 +168,8 @@ def _backward_call(d_o, q, k, v, o, lse, dq, dk, dv, alibi_slopes, sinks, *, cau
     layouts = tuple((t.shape, t.stride()) for t in (q_c, k_c, v_c))
     return _calls.BackwardCall(
         p, q.device, copies, d_o.stride() != o.stride(), layouts,
-        all(_torch().empty_like(t).stride() == t.stride() for t in (q_c, k_c, v_c)),
+        all(_torch().empty_like(t, device="meta").stride() == t.stride()
+            for t in (q_c, k_c, v_c)),
         alibi_slopes is not None or sinks is not None, spans_)
 
 

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "common/params.h"
+#include "common/score_variants.cuh"
+#include "common/seqinfo.cuh"
 #include "sm90/fwd_sm90_tiles.h"
 
 namespace fa2 {
@@ -57,6 +59,34 @@ struct FwdSm90Launch {
     static constexpr int kSmemBytes =
         Tr::kSmemBytes +
         (kKv == kKvByProducer ? (FA2_WGMMA_PRODUCER_K_STAGES - 1) * Tr::kKVBytes : 0);
+};
+
+// An instance's compile-time choices (fwd_sm90_kernel.cuh: kMode, kScores, kKv).
+template <typename Tr, int kMode, int kScores, int kKv>
+struct FwdSm90Flags {
+    static constexpr bool kTma = kKv == kKvByTma, kProducer = kKv == kKvByProducer;
+    static constexpr bool kScored = kScores != kPlainScores;
+    static constexpr bool kBoundedScores = kScores == kBoundedSoftcap;
+    // The producer's copies: a paged cache's by cp.async, a dense batch's by TMA
+    static constexpr bool kProducerCpAsync = kProducer && kMode == kPagedSeq;
+    // The math warpgroups take turns at issuing their products
+    static constexpr bool kPingpong = kProducer;
+    // ...and the bounded softcap's passes the turn once its tanh is applied, the others'
+    // once both products are issued
+    static constexpr bool kLateTurn = kPingpong && kBoundedScores;
+    // The overlapped loop skips O's rescale while its rows keep their offsets: in the
+    // scored instances (in the plain ones the gain was not measured)
+    static constexpr bool kLazyRescale = kScored;
+    // The general instance skips the P V of tiles whose every p underflows to 0 (ALiBi's
+    // far from the diagonal), in the overlapped loop with its lazy rescale.
+    static constexpr bool kSkipZeroTiles = kScored && !kBoundedScores && kLazyRescale;
+    // S of tile j overlaps P V of tile j - 1 when K and V come by TMA, at head
+    // dims to 128 with plain scores and at 128 with ALiBi alone or a softcap that bounds
+    // the scores (measured slower at 256, and with softcap under a running maximum).
+    static constexpr bool kOverlappable =
+        kProducer || (kTma && (kScored ? Tr::kHeadDim == 128 : Tr::kHeadDim <= 128));
+    static_assert(kTma || kMode == kPagedSeq || (kProducer && kMode == kDenseSeq),
+                  "packed K/V by TMA");
 };
 
 // The kernel's parameter: the call's, and K's and V's tensor maps (sm90/tensor_map.h):

@@ -14,7 +14,9 @@
 #include "common/warp_gemm.cuh"
 #include "sm90/fwd_sm90_kv_loader.cuh"
 #include "sm90/fwd_sm90_producer.cuh"
+#include "sm90/fwd_sm90_products.cuh"
 #include "sm90/fwd_sm90_state.cuh"
+#include "sm90/fwd_sm90_tile_softmax.cuh"
 #include "sm90/fwd_sm90_traits.cuh"
 #include "sm90/wgmma.cuh"
 
@@ -105,12 +107,7 @@ __device__ __forceinline__ void fwd_sm90_overlapped_loop(const FwdSm90Args &args
     const auto issue_s = [&](float (&s)[1][Tr::kNTiles][4], int j) {
         const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
         const uint64_t k_desc = desc_k_major<Tr::kBlockN>(opaque(k_tile(j)), 0, 0);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
-            wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
-                                 k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
-        wgmma_commit();
+        issue_qk<Tr>(s, q_desc, k_desc);
     };
     // Pingpong: warpgroup w issues its products on its turn (barrier 2 + w), then
     // hands the turn to the other (kLateTurn: later); warpgroup 1 hands warpgroup 0
@@ -137,47 +134,14 @@ __device__ __forceinline__ void fwd_sm90_overlapped_loop(const FwdSm90Args &args
                                    float (&alpha)[1][2], bool late_turn,
                                    bool &warp_zero, bool &zero) -> bool {
         warp_zero = zero = false;
-        [[maybe_unused]] int side = 0;
-        [[maybe_unused]] float bias[1][2] = {{0.f, 0.f}};
-        if constexpr (kScored) {  // ALiBi alone, or softcap bounding the scores
-            if constexpr (kBoundedScores)
-                apply_softcap(s, variants.tanh_scale);
-            else if ((side = alibi_tile_side(variants, diag_offset, rows_first,
-                                             rows_last, key_first,
-                                             key_first + Tr::kBlockN - 1)) != 0)
-                apply_alibi_one_side<Tr>(s, variants, side, rows_first + warp * 16,
-                                         key_first, lane, bias);
-            else
-                apply_score_variants<Tr, false>(s, variants, rows_first + warp * 16,
-                                                key_first, lane);
-        }
-        if (window.block_needs_mask(rows_first, rows_last, key_first,
-                                    key_first + Tr::kBlockN - 1))
-            apply_mask<Tr>(s, window, rows_first + warp * 16, key_first, lane);
+        float bias[1][2] = {{0.f, 0.f}};
+        const int side = apply_tile_scores<Tr, kScores>(s, variants, diag_offset, window,
+                                                        rows_first, rows_last, key_first, warp,
+                                                        lane, bias);
         if (kLateTurn && late_turn) pass_turn();
-        const float scale_log2 = kScored ? variants.score_log2 : p.scale_log2;
-        if constexpr (kBoundedScores) {  // O keeps its scale
-            softmax.update_bounded<Tr::kNTiles>(s, variants.score_log2,
-                                                      bounded_offset_log2);
-            return false;
-        } else if constexpr (kSkipZeroTiles) {
-            // one copy of the update for every tile (bias 0 off the one-sided path)
-            const bool moves = softmax.update_deferred_biased_lazy_sparse(
-                s, scale_log2, bias, alpha, warp_zero);
-            // (the vote lets the compiler see a warp-uniform branch around the
-            // P V's wgmma, which it would serialize otherwise)
-            zero = __all_sync(0xffffffffu,
-                              named_barrier_all(4 + math_wg, 128, warp_zero));
-            return moves;
-        } else if constexpr (kLazyRescale) {
-            return softmax.update_deferred_biased_lazy(s, scale_log2, bias, alpha);
-        } else {
-            if (side != 0)
-                softmax.update_deferred_biased(s, scale_log2, bias, alpha);
-            else
-                softmax.update_deferred(s, scale_log2, alpha);
-            return true;
-        }
+        return update_tile_softmax<Tr, kScores, kLazyRescale, kSkipZeroTiles>(
+            softmax, s, kScored ? variants.score_log2 : p.scale_log2, bounded_offset_log2, bias,
+            side, alpha, warp_zero, zero, math_wg);
     };
     uint32_t pa[Tr::kBlockN / 16][4];
     bool pv_zero = false;  // the last tile's P is 0 in the whole warpgroup
@@ -197,10 +161,7 @@ __device__ __forceinline__ void fwd_sm90_overlapped_loop(const FwdSm90Args &args
         }
         wgmma_fence();
         if (!kSkipZeroTiles || !skip) {
-            const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_tile(j)), 0);
-#pragma unroll
-            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
+            issue_pv_products<Tr>(o, pa, desc_mn_major<Tr::kBlockN>(opaque(v_tile(j)), 0));
         }
         wgmma_commit();
     };
@@ -211,9 +172,7 @@ __device__ __forceinline__ void fwd_sm90_overlapped_loop(const FwdSm90Args &args
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
                 pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
         } else {
-#pragma unroll
-            for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                a_fragment<Elem>(pa[kk], s[0], kk);
+            p_fragments<Tr>(pa, s);
         }
     };
 

@@ -13,6 +13,7 @@
 #include "common/warp_gemm.cuh"
 #include "sm90/fwd_sm90_kv_loader.cuh"
 #include "sm90/fwd_sm90_producer.cuh"
+#include "sm90/fwd_sm90_products.cuh"
 #include "sm90/fwd_sm90_state.cuh"
 #include "sm90/fwd_sm90_traits.cuh"
 #include "sm90/wgmma.cuh"
@@ -70,12 +71,7 @@ __device__ __forceinline__ void fwd_sm90_serial_loop(const FwdSm90Args &args,
         const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
         const uint64_t k_desc =
             desc_k_major<Tr::kBlockN>(k_smem + (it & 1) * Tr::kKVBytes, 0, 0);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
-            wgmma_ss<Elem, 0, 0>(s[0], q_desc + k_major_step<Tr::kBlockM>(kk),
-                                 k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
-        wgmma_commit();
+        issue_qk<Tr>(s, q_desc, k_desc);
         // The next K tile is copied while the tensor cores compute S (into the buffer
         // S does not read).
         const bool prefetch = n_block > n_block_min;
@@ -103,9 +99,7 @@ __device__ __forceinline__ void fwd_sm90_serial_loop(const FwdSm90Args &args,
         else
             softmax.update(s, o, p.scale_log2);
         uint32_t pa[Tr::kBlockN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-            a_fragment<Elem>(pa[kk], s[0], kk);
+        p_fragments<Tr>(pa, s);
 
         if constexpr (kTma) {
             mbarrier_wait(v_full, it & 1);  // V(n_block)
@@ -127,10 +121,7 @@ __device__ __forceinline__ void fwd_sm90_serial_loop(const FwdSm90Args &args,
             __syncthreads();
         }
         wgmma_fence();
-        const uint64_t v_desc = desc_mn_major<Tr::kBlockN>(opaque(v_smem), 0);
-#pragma unroll
-        for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-            wgmma_rs<Elem, 1>(o[0], pa[kk], v_desc + mn_major_step(kk), 1);
+        issue_pv_products<Tr>(o, pa, desc_mn_major<Tr::kBlockN>(opaque(v_smem), 0));
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(o[0]);

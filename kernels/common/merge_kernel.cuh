@@ -1,0 +1,146 @@
+// The one kernel that merges partial attention results (O_i, LSE_i over separate key
+// ranges): fa2_combine's (kernels/combine.cu) and the split decode's (decode/
+// decode_run.cuh). LSE = log sum exp LSE_i, O = sum exp(LSE_i - LSE) O_i, in fp32;
+// a part with LSE_i = -inf weighs nothing and its O_i is not read (it may hold
+// anything); every part -inf: O = 0, LSE = -inf. An attention sink (include/fa2.h)
+// joins the denominator once, as a part with no values.
+//
+// One warp per (row, head): lane i reduces the LSEs of parts i, i + 32, ...; then each
+// lane sums 4 of every 128 columns over the parts, 16 parts' loads issued before the
+// first use. Where the rows lie is a policy type, Rows:
+//   using Part, Out;                   element types of the O_i and of O
+//   using Args;                        the kernel's argument
+//   static constexpr bool kAfterPrevious;  wait for the previous grid (programmatic
+//                                      dependent launch) before reading
+//   static bool locate(const Args &, int64_t w, MergeRow<Part, Out> &);  warp w's row,
+//                                      false for none
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common/grid_dependency.cuh"
+#include "common/ptx.cuh"
+
+namespace fa2 {
+
+// Where one (row, head) of a merge lies. Part i's O at o_parts + i * o_part_stride,
+// its LSE at lse_parts[i * lse_part_stride].
+template <typename Part, typename Out>
+struct MergeRow {
+    const Part *o_parts;
+    int64_t o_part_stride;
+    const float *lse_parts;
+    int64_t lse_part_stride;
+    int parts;
+    int head_dim;
+    Out *o;
+    float *lse;  // nullptr: not stored
+    float sink;  // natural units; -inf: none
+};
+
+constexpr int kMergeWarps = 4;  // warps of a block
+
+// 4 consecutive elements as floats, and back.
+__device__ __forceinline__ float4 load4(const float *src)
+{
+    return *reinterpret_cast<const float4 *>(src);
+}
+
+template <typename T>
+__device__ __forceinline__ float4 load4(const T *src)
+{
+    const uint2 v = *reinterpret_cast<const uint2 *>(src);
+    const float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__device__ __forceinline__ void store4(float *dst, float4 x)
+{
+    *reinterpret_cast<float4 *>(dst) = x;
+}
+
+template <typename T>
+__device__ __forceinline__ void store4(T *dst, float4 x)
+{
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(pack2<T>(x.x, x.y), pack2<T>(x.z, x.w));
+}
+
+// The merged LSE of a row (natural units, -inf when every part and the sink are), and
+// its largest term `top`.
+template <typename Part, typename Out>
+__device__ __forceinline__ float merged_lse(const MergeRow<Part, Out> &r, int lane, float &top)
+{
+    constexpr unsigned kAll = 0xffffffffu;
+    top = -INFINITY;
+    for (int i = lane; i < r.parts; i += 32) top = fmaxf(top, r.lse_parts[i * r.lse_part_stride]);
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) top = fmaxf(top, __shfl_xor_sync(kAll, top, m));
+    float sum = 0.f;
+    if (top != -INFINITY)
+        for (int i = lane; i < r.parts; i += 32) sum += __expf(r.lse_parts[i * r.lse_part_stride] - top);
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kAll, sum, m);
+    if (r.sink != -INFINITY) {
+        const float new_top = fmaxf(top, r.sink);
+        sum = (top == -INFINITY ? 0.f : sum * __expf(top - new_top)) + __expf(r.sink - new_top);
+        top = new_top;
+    }
+    return top == -INFINITY ? -INFINITY : top + __logf(sum);
+}
+
+template <typename Rows>
+__global__ void __launch_bounds__(32 * kMergeWarps) merge_kernel(const typename Rows::Args args)
+{
+    using Part = typename Rows::Part;
+    using Out = typename Rows::Out;
+    constexpr unsigned kAll = 0xffffffffu;
+    constexpr int kGroup = 16;  // parts whose loads are in flight together
+    static_assert(32 % kGroup == 0, "a group within one lane's weight slot");
+    if constexpr (Rows::kAfterPrevious) wait_for_previous_grid();
+    const int lane = threadIdx.x % 32;
+    const int64_t w = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
+    MergeRow<Part, Out> r;
+    if (!Rows::locate(args, w, r)) return;
+    float top;
+    const float total = merged_lse(r, lane, top);
+
+    // Every lane runs every pass, its columns or not (d = 64 gives lanes 16..31 none):
+    // the weights are shuffled from all 32 lanes. Indices past the last part repeat it
+    // (a valid address) with weight 0.
+    for (int pass = 0; pass < r.head_dim; pass += 128) {
+        const int col = pass + 4 * lane;
+        const bool mine = col < r.head_dim;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        float slot = 0.f;  // lane j: the weight of part first / 32 * 32 + j
+        for (int first = 0; first < r.parts; first += kGroup) {
+            if (first % 32 == 0) {
+                const int part = first + lane;
+                slot = top == -INFINITY || part >= r.parts
+                           ? 0.f
+                           : __expf(r.lse_parts[part * r.lse_part_stride] - total);
+            }
+            float wt[kGroup];
+            float4 x[kGroup];
+#pragma unroll
+            for (int j = 0; j < kGroup; ++j) {
+                const float shared = __shfl_sync(kAll, slot, (first + j) % 32);
+                wt[j] = first + j < r.parts ? shared : 0.f;
+                const int part = min(first + j, r.parts - 1);
+                x[j] = mine && wt[j] != 0.f ? load4(r.o_parts + part * r.o_part_stride + col)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int j = 0; j < kGroup; ++j) {
+                acc.x += wt[j] * x[j].x, acc.y += wt[j] * x[j].y, acc.z += wt[j] * x[j].z,
+                    acc.w += wt[j] * x[j].w;
+            }
+        }
+        if (mine) store4(r.o + col, acc);
+    }
+    if (r.lse && lane == 0) *r.lse = total;
+}
+
+}  // namespace fa2

@@ -35,7 +35,7 @@ __global__ void cache_write_kernel(const fa2_cache_write_params_t p)
 
 extern "C" int fa2_cache_write_launch(const fa2_cache_write_params_t *p, void *stream)
 {
-    constexpr int kThreads = 256;
+    constexpr int kThreads = FA2_CACHE_WRITE_THREADS;
     const int64_t work = p->n_tokens * p->heads_kv * (p->head_dim / 8);
     return fa2::launch(cache_write_kernel, (work + kThreads - 1) / kThreads, kThreads, 0,
                        static_cast<cudaStream_t>(stream), *p);

@@ -31,8 +31,8 @@ fa2_status_t fa2_cache_write(const fa2_plan_t *plan, const void *k_new, const vo
     if (n_tokens < 0 || n_tokens > INT32_MAX)
         return fa2_fail(FA2_ERROR_INVALID_SIZE, "n_tokens=%" PRId64 " is out of range [0, %d]",
                         n_tokens, INT32_MAX);
-    if ((s = fa2_check_chunk_grid("n_tokens", n_tokens, "heads_kv", pr->heads_kv,
-                                  pr->head_dim)))
+    if ((s = fa2_check_grid("n_tokens", n_tokens, "heads_kv", pr->heads_kv,
+                            pr->head_dim / 8, FA2_CACHE_WRITE_THREADS)))
         return s;
     if (new_row_stride < pr->heads_kv * pr->head_dim || new_row_stride % 8 != 0)
         return fa2_fail(FA2_ERROR_BAD_STRIDE,

@@ -195,11 +195,10 @@ fa2_status_t fa2_check_extent(const char *name, int64_t batch, int64_t seq, int6
                               int64_t head_dim, int64_t bs, int64_t ss, int64_t hs,
                               int64_t elem, int64_t *bytes);
 
-/* FA2_ERROR_INVALID_SIZE unless a kernel of 256 threads a block, one per 16-byte chunk of
- * each of a * b rows of head_dim 2-byte-or-wider elements (kernels/cache_write.cu,
- * kernels/combine.cu), fits the grid limit of 2^31 - 1 blocks; a, b >= 0. */
-fa2_status_t fa2_check_chunk_grid(const char *a_name, int64_t a, const char *b_name, int64_t b,
-                                  int64_t head_dim);
+/* FA2_ERROR_INVALID_SIZE unless a * b units of work, unit_threads threads each in blocks
+ * of block_threads, fit the grid limit of 2^31 - 1 blocks; a, b >= 0. */
+fa2_status_t fa2_check_grid(const char *a_name, int64_t a, const char *b_name, int64_t b,
+                            int64_t unit_threads, int64_t block_threads);
 
 /* The spans of a call's metadata arrays (inputs the kernels read; an empty span for
  * each one not given or not read), for fa2_check_disjoint. */

@@ -77,10 +77,10 @@ fa2_status_t fa2_check_range(const char *name, int64_t value, int64_t lo, int64_
     return FA2_SUCCESS;
 }
 
-fa2_status_t fa2_check_chunk_grid(const char *a_name, int64_t a, const char *b_name, int64_t b,
-                                  int64_t head_dim)
+fa2_status_t fa2_check_grid(const char *a_name, int64_t a, const char *b_name, int64_t b,
+                            int64_t unit_threads, int64_t block_threads)
 {
-    if (a > 0 && b > (int64_t)INT32_MAX * 256 / (head_dim / 8) / a)
+    if (a > 0 && b > (int64_t)INT32_MAX * block_threads / unit_threads / a)
         return fa2_fail(FA2_ERROR_INVALID_SIZE,
                         "%s=%" PRId64 " * %s=%" PRId64 " need more than 2147483647 thread "
                         "blocks",

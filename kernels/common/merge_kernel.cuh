@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "common/grid_dependency.cuh"
+#include "common/params.h"
 #include "common/ptx.cuh"
 
 namespace fa2 {
@@ -41,7 +42,7 @@ struct MergeRow {
     float sink;  // natural units; -inf: none
 };
 
-constexpr int kMergeWarps = 4;  // warps of a block
+constexpr int kMergeWarps = FA2_MERGE_WARPS;  // warps of a block (common/params.h)
 
 // 4 consecutive elements as floats, and back.
 __device__ __forceinline__ float4 load4(const float *src)

@@ -40,7 +40,8 @@
 #   FA2_COMBINE=1    also run bench/combine_compare.py (fa2_combine on engine-like shapes;
 #                    with FA2_BASELINE, A/B against the baseline); combine.log
 #   FA2_VARIANTS=1   also run bench/variants_compare.py (each score variant's forward
-#                    and backward against the plain plan's); variants.log
+#                    and backward against the plain plan's; with FA2_BASELINE also each
+#                    call against the baseline's); variants.log
 #   FA2_PROFILE=1    also run Nsight Compute over bench/lab/variants_profile.py (the plain,
 #                    softcap and ALiBi forward kernels, d = 128, 8k causal): every
 #                    metric of its sections as CSV, ncu-variants.csv
@@ -242,8 +243,9 @@ fi
 
 if [ "${FA2_VARIANTS:-0}" = 1 ]; then
     : >"$OUT/variants.log"
+    # shellcheck disable=SC2046  # with FA2_BASELINE: A/B against it
     run_step variants "$OUT/variants.log" python3 bench/variants_compare.py --lib "$BUILD/libfa2.so" \
-        --csv "$OUT/variants.csv"
+        --csv "$OUT/variants.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
 fi
 
 if [ -n "${FA2_CONFORMANCE:-}" ]; then
@@ -309,7 +311,8 @@ fi
     summary_lines decode.log "decode: (TB/s of K+V read)" '^decode |graph replay|copy bandwidth'
     summary_lines varlen.log "varlen: (TFLOP/s)" '^(varlen|equal|paged|decode) '
     summary_lines combine.log "combine: (fa2_combine, fp32 parts to bf16)" '^combine '
-    summary_lines variants.log "variants: (time over the plain plan's)" '^(variant|backward) '
+    summary_lines variants.log "variants: (time over the plain plan's; with a baseline, speed over it)" \
+        '^(variant|backward|forward) '
     summary_lines extra-tests.log "extra:  tests against the first extra library:" \
         '^=== test_|^\[  (PASSED|FAILED)  \]'
     summary_lines profile.log "profile: (ncu, forward kernels, 1 x 8k GQA 32:8 d128 causal)" '^profile '

@@ -6,7 +6,14 @@
 #include <stdint.h>
 
 #include "fa2.h"
-#include "common/fast_div.h" /* FA2_HOST_DEVICE */
+#include "common/fast_div.h"
+
+/* A function of both the host and the kernels, always inlined in the kernels. */
+#ifdef __CUDACC__
+#define FA2_HOST_DEVICE_FN static __host__ __device__ __forceinline__
+#else
+#define FA2_HOST_DEVICE_FN static inline
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,7 +34,7 @@ extern "C" {
  * y = -1 stays 2^-FA2_BOUNDED_SOFTCAP_LOW_LOG2. The largest p is then 2^((1 - offset)
  * cap log2(e)), 2^49 at FA2_MAX_BOUNDED_SOFTCAP: fp32 sums and O and bf16 P hold it for
  * |V| below 2^(79 - log2 seqlen_k). */
-static inline FA2_HOST_DEVICE float fa2_bounded_softcap_offset(float softcap)
+FA2_HOST_DEVICE_FN float fa2_bounded_softcap_offset(float softcap)
 {
     const float offset = FA2_BOUNDED_SOFTCAP_LOW_LOG2 / (softcap * 1.44269504f) - 1.0f;
     return offset < 1.0f ? offset : 1.0f;

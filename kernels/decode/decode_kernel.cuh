@@ -31,9 +31,8 @@
 
 namespace fa2 {
 
-// kScored: softcap or ALiBi (include/fa2.h) on; the scores are then natural-unit
-// logits and the softmax's scale is log2(e).
-template <typename Tr, int kMode, bool kScored>
+// kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
+template <typename Tr, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_params_t p)
 {
     using Elem = typename Tr::Elem;
@@ -110,8 +109,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     zero(o);
     OnlineSoftmax<1> softmax;
     softmax.init();
-    const float score_log2 = kScored ? score_units_log2(p) : p.scale_log2;
-    const DecodeScores<Tr, kScored> scores(p, seq, group, kv_head, lane);
+    const DecodeScores<Tr> scores(p, seq, group, kv_head, lane);
+    const float score_log2 = scores.score_log2;
     for (int stage = 0; t < t_end; t += Tr::kWarps) {
         // The tile kStages - 1 rounds ahead, into the stage computed last round.
         const int ahead = t + (Tr::kStages - 1) * Tr::kWarps;

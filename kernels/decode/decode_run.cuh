@@ -53,13 +53,9 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
     const int64_t grid = static_cast<int64_t>(p.batch) * p.heads_kv * p.splits;
-    const bool scored = p.scores != FA2_SCORES_PLAIN;
-    const auto kernel = scored ? (p.page_table     ? decode_kernel<Tr, kPagedSeq, true>
-                                  : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq, true>
-                                                   : decode_kernel<Tr, kDenseSeq, true>)
-                               : (p.page_table     ? decode_kernel<Tr, kPagedSeq, false>
-                                  : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq, false>
-                                                   : decode_kernel<Tr, kDenseSeq, false>);
+    const auto kernel = p.page_table     ? decode_kernel<Tr, kPagedSeq>
+                        : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq>
+                                         : decode_kernel<Tr, kDenseSeq>;
     const cudaError_t err = launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
     if (err != cudaSuccess || p.splits == 1) return err;
     const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;

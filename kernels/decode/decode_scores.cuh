@@ -1,6 +1,8 @@
 // The decode kernel's scores of one warp tile: the score variants (softcap, ALiBi:
 // include/fa2.h), then the mask of keys past the range and of the causal or local
-// window. A thread holds rows lane / 4 and lane / 4 + 8 of the block's 16.
+// window. A thread holds rows lane / 4 and lane / 4 + 8 of the block's 16. Whether the
+// variants are on is a block-uniform branch, not an instance: the kernel streams K and V
+// at the memory's rate either way.
 #pragma once
 
 #include "common/mask.cuh"
@@ -11,18 +13,22 @@
 
 namespace fa2 {
 
-template <typename Tr, bool kScored>
+template <typename Tr>
 struct DecodeScores {
     // The thread's two rows: ALiBi's slope in score units and the row's key position
     // (common/score_variants.cuh)
     float row_alibi[1][2] = {{0.f, 0.f}}, row_position[2] = {0.f, 0.f};
     float tanh_scale = 0.f;
-    bool alibi = false;
+    bool scored, alibi = false;
+    // The softmax's scale: scored, the scores are natural-unit logits (log2(e))
+    float score_log2;
 
     __device__ __forceinline__ DecodeScores(const fa2_params_t &p, const Sequence &seq,
                                             int group, int kv_head, int lane)
+        : scored(p.scores != FA2_SCORES_PLAIN),
+          score_log2(scored ? score_units_log2(p) : p.scale_log2)
     {
-        if constexpr (kScored) {
+        if (scored) {
             tanh_scale = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
             alibi = p.alibi_slopes != nullptr;
 #pragma unroll
@@ -41,7 +47,7 @@ struct DecodeScores {
                                           int hi, const KeyWindow &win, int seqlen_q,
                                           int m_real, int group, int lane) const
     {
-        if constexpr (kScored) {
+        if (scored) {
             if (tanh_scale != 0.f) apply_softcap(s, tanh_scale);
             if (alibi) {
                 const float key = static_cast<float>(key_first + 2 * (lane & 3));

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/fast_div.h" /* FA2_HOST_DEVICE */
+#include "common/fast_div.h" /* FA2_HOST_DEVICE_FN */
 
 /* 1.5 * 2^23: added to |x| < 2^22, the sum's low mantissa bits hold round(x) */
 #define FA2_EXP2_POLY_ROUND 12582912.0f
@@ -23,7 +23,7 @@
 #define FA2_EXP2_POLY_C2 0.24262036f
 #define FA2_EXP2_POLY_C3 0.055170372f
 
-static inline FA2_HOST_DEVICE uint32_t fa2_float_bits(float x)
+FA2_HOST_DEVICE_FN uint32_t fa2_float_bits(float x)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(x);
@@ -34,7 +34,7 @@ static inline FA2_HOST_DEVICE uint32_t fa2_float_bits(float x)
 #endif
 }
 
-static inline FA2_HOST_DEVICE float fa2_bits_float(uint32_t u)
+FA2_HOST_DEVICE_FN float fa2_bits_float(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -47,7 +47,7 @@ static inline FA2_HOST_DEVICE float fa2_bits_float(uint32_t u)
 
 /* Rounded sums, never contracted or reassociated: the rounding to an integer relies on
  * them (three FADDs, three FFMAs, one shift-add and a select on the GPU). */
-static inline FA2_HOST_DEVICE float fa2_add_rn(float a, float b)
+FA2_HOST_DEVICE_FN float fa2_add_rn(float a, float b)
 {
 #ifdef __CUDA_ARCH__
     return __fadd_rn(a, b);
@@ -57,7 +57,7 @@ static inline FA2_HOST_DEVICE float fa2_add_rn(float a, float b)
 #endif
 }
 
-static inline FA2_HOST_DEVICE float fa2_exp2_poly(float x)
+FA2_HOST_DEVICE_FN float fa2_exp2_poly(float x)
 {
     const float t = fa2_add_rn(x, FA2_EXP2_POLY_ROUND);
     const float j = fa2_add_rn(t, -FA2_EXP2_POLY_ROUND);

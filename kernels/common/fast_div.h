@@ -9,16 +9,16 @@
 
 #include <stdint.h>
 
-/* Under nvcc always inlined: the inliner's choice otherwise depends on how many kernels
- * of the translation unit call it. */
+/* A function of both the host and the kernels, always inlined in the kernels (the
+ * inliner's choice otherwise depends on how many kernels of the unit call it). */
 #ifdef __CUDACC__
-#define FA2_FAST_DIV_FN static __host__ __device__ __forceinline__
+#define FA2_HOST_DEVICE_FN static __host__ __device__ __forceinline__
 #else
-#define FA2_FAST_DIV_FN static inline
+#define FA2_HOST_DEVICE_FN static inline
 #endif
 
 /* ceil(log2 d) for 1 <= d < 2^31: the bits of d - 1 */
-FA2_FAST_DIV_FN int fa2_fast_div_log2(uint32_t d)
+FA2_HOST_DEVICE_FN int fa2_fast_div_log2(uint32_t d)
 {
 #ifdef __CUDA_ARCH__
     return 32 - __clz((int)(d - 1)); /* __clz(0) = 32 */
@@ -28,7 +28,7 @@ FA2_FAST_DIV_FN int fa2_fast_div_log2(uint32_t d)
 }
 
 /* The shift that goes with fa2_fast_div_magic(d). */
-FA2_FAST_DIV_FN int fa2_fast_div_shift(uint32_t d)
+FA2_HOST_DEVICE_FN int fa2_fast_div_shift(uint32_t d)
 {
     return 31 + fa2_fast_div_log2(d);
 }
@@ -40,7 +40,7 @@ static inline uint32_t fa2_fast_div_magic(uint32_t d)
 }
 
 /* n / d for n < 2^31, given d's magic and shift */
-FA2_FAST_DIV_FN uint32_t fa2_fast_div(uint32_t n, uint32_t magic, int shift)
+FA2_HOST_DEVICE_FN uint32_t fa2_fast_div(uint32_t n, uint32_t magic, int shift)
 {
     return (uint32_t)(((uint64_t)n * magic) >> shift);
 }

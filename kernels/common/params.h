@@ -6,14 +6,7 @@
 #include <stdint.h>
 
 #include "fa2.h"
-#include "common/fast_div.h"
-
-/* A function of both the host and the kernels, always inlined in the kernels. */
-#ifdef __CUDACC__
-#define FA2_HOST_DEVICE_FN static __host__ __device__ __forceinline__
-#else
-#define FA2_HOST_DEVICE_FN static inline
-#endif
+#include "common/fast_div.h" /* FA2_HOST_DEVICE_FN */
 
 #ifdef __cplusplus
 extern "C" {

@@ -63,7 +63,8 @@ static fa2_status_t check_problem(const fa2_combine_problem_t *p, int64_t bytes[
     if (p->head_dim < 8 || p->head_dim > 256 || p->head_dim % 8 != 0)
         return fa2_fail(FA2_ERROR_UNSUPPORTED_HEAD_DIM,
                         "head_dim=%" PRId64 " is not a multiple of 8 in [8, 256]", p->head_dim);
-    if ((s = fa2_check_grid("rows", p->rows, "heads", p->heads, 32, 32 * FA2_MERGE_WARPS)))
+    if ((s = fa2_check_grid("rows", p->rows, "heads", p->heads, p->head_dim / 8,
+                            FA2_COMBINE_THREADS)))
         return s;
     if ((s = fa2_check_stride("o_parts_part_stride", p->o_parts_part_stride, 8)) ||
         (s = fa2_check_stride("o_parts_row_stride", p->o_parts_row_stride, 8)) ||

@@ -1,9 +1,9 @@
-// The one kernel that merges partial attention results (O_i, LSE_i over separate key
-// ranges): fa2_combine's (kernels/combine.cu) and the split decode's (decode/
-// decode_run.cuh). LSE = log sum exp LSE_i, O = sum exp(LSE_i - LSE) O_i, in fp32;
-// a part with LSE_i = -inf weighs nothing and its O_i is not read (it may hold
-// anything); every part -inf: O = 0, LSE = -inf. An attention sink (include/fa2.h)
-// joins the denominator once, as a part with no values.
+// The merge kernel of partial attention results (O_i, LSE_i over separate key
+// ranges), as the split decode runs it (decode/decode_run.cuh; fa2_combine's kernel
+// merges a 16-byte chunk per thread, kernels/combine.cu). LSE = log sum exp LSE_i,
+// O = sum exp(LSE_i - LSE) O_i, in fp32; a part with LSE_i = -inf weighs nothing and
+// its O_i is not read (it may hold anything); every part -inf: O = 0, LSE = -inf. An
+// attention sink (include/fa2.h) joins the denominator once, as a part with no values.
 //
 // One warp per (row, head): lane i reduces the LSEs of parts i, i + 32, ...; then each
 // lane sums 4 of every 128 columns over the parts, 16 parts' loads issued before the

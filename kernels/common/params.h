@@ -194,9 +194,11 @@ typedef struct fa2_cache_write_params_t {
     int32_t page_size, heads_kv, head_dim, reserved0;
 } fa2_cache_write_params_t;
 
-/* Thread-block shapes that src/ checks grids with: the cache write's threads a block
- * (one per 16-byte chunk), the merge kernel's warps a block (one per row and head). */
+/* Thread-block shapes that src/ checks grids with: the cache write's and fa2_combine's
+ * threads a block (one per 16-byte chunk of a row), the split decode's merge kernel's
+ * warps a block (one per row and head). */
 #define FA2_CACHE_WRITE_THREADS 256
+#define FA2_COMBINE_THREADS 256
 #define FA2_MERGE_WARPS 4
 
 /* fa2_combine's arguments (checked by src/combine.c); strides in elements. */

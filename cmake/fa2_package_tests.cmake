@@ -9,12 +9,19 @@
 #                            float32 reference; skips like fa2_python_gpu
 #   fa2_api_docs       (cpu) docs/api.md names every function, field and status of fa2.h
 #   fa2_wgmma_ops_generated (cpu) kernels/sm90/wgmma_ops.cuh is kernels/sm90/gen_wgmma.py's output
+#   fa2_gpu_code_sets  (cpu) the GPU code each kernel unit is compiled for, for several
+#                            architecture lists (configures only; needs ninja)
 # The Python tests run the system python3 on the build's libfa2.so (FA2_LIBRARY).
 add_test(NAME fa2_exports
   COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:fa2> -DSTATIC=$<TARGET_FILE:fa2_static>
           -DNM=${CMAKE_NM}
           -P ${CMAKE_CURRENT_LIST_DIR}/check_exports.cmake)
 set_tests_properties(fa2_exports PROPERTIES LABELS cpu)
+add_test(NAME fa2_gpu_code_sets
+  COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR}
+          -DWORK=${CMAKE_CURRENT_BINARY_DIR}/gpu_code_sets
+          -P ${CMAKE_CURRENT_LIST_DIR}/check_gpu_code_sets.cmake)
+set_tests_properties(fa2_gpu_code_sets PROPERTIES LABELS cpu SKIP_REGULAR_EXPRESSION "SKIP:")
 
 find_program(FA2_PYTHON3 NAMES python3 DOC "Python 3 for the ctypes binding's tests")
 if(FA2_PYTHON3)

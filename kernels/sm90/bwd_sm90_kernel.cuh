@@ -137,6 +137,62 @@ __device__ __forceinline__ void load_kv_sm90(const fa2_params_t &p, const KeyBlo
         tid);
 }
 
+// A step's dQ part = dS K (dq: this warpgroup's rows or columns of it): dSᵀ (dsa, as
+// wgmma A fragments) to shared memory, [key][query] in the panel layout (the same
+// rounding as the registers), then the product, A = dSᵀ and B = K both read MN-major.
+template <typename Tr>
+__device__ __forceinline__ void step_dq(float (&dq)[1][Tr::kDqCols / 8][4],
+                                        const uint32_t (&dsa)[Tr::kBlockM / 16][4],
+                                        uint32_t ds_smem, uint32_t k_smem, int dq_row0,
+                                        int dq_col0, int warp, int lane)
+{
+#if defined(FA2_SM90A)
+    using Elem = typename Tr::Elem;
+    const int r = warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = r + 8 * (i & 1);
+            const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
+            const uint32_t addr = ds_smem + panel_offset<Tr::kBlockN>(row, col / 8) +
+                                  (col % 8) * 2;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[kk][i]));
+        }
+    fence_proxy_async();
+    named_barrier_sync(Tr::kMathBarrier, Tr::kMathThreads);  // dSᵀ of every warpgroup written
+
+    // dQ[:, dq_col0 ..] = dS K: A = dSᵀ read MN-major, B = K read MN-major.
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+        wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(ds_smem, kk, dq_row0 / 64),
+                             wgmma_desc(k_smem + (dq_col0 / 64) * Tr::kBlockN * 128 +
+                                            (dq_col0 % 64) * 2 + kk * 16 * 128,
+                                        Tr::kBlockN * 128, 1024),
+                             kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dq[0]);
+#endif
+}
+
+// The step's dQ part to the staging buffer (fp32), for the writer warpgroup.
+template <typename Tr>
+__device__ __forceinline__ void stage_dq(const float (&dq)[1][Tr::kDqCols / 8][4],
+                                         uint32_t stage_smem, int dq_row0, int dq_col0,
+                                         int warp, int lane)
+{
+    const int r = dq_row0 + (warp % 4) * 16 + (lane >> 2);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int n = 0; n < Tr::kDqCols / 8; ++n)
+            st_shared_v2(stage_smem + (r + 8 * h) * Tr::kStagePitch +
+                             (dq_col0 + n * 8 + 2 * (lane & 3)) * 4,
+                         dq[0][n][2 * h], dq[0][n][2 * h + 1]);
+}
+
 // kAtomicDq: also dQ += dS K, staged for the writer warpgroup; else only dK and dV
 // (dq_sm90_kernel computes dQ; the writer has nothing to do). kScored: the score
 // variants (softcap, ALiBi) in the recomputed P and in dS.
@@ -296,37 +352,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
                     a_fragment<Elem>(dsa[kk], dpt, kk);
                 }
             }
-            // dSᵀ to shared memory, [key][query] in the panel layout: the A operand of
-            // dQ = dS K read MN-major. Same rounding as the registers.
             float dq[1][Tr::kDqCols / 8][4];
-            if constexpr (kAtomicDq) {
-                const int r = warp * 16 + (lane >> 2);
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int row = r + 8 * (i & 1);
-                        const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
-                        const uint32_t addr = ds_smem + panel_offset<Tr::kBlockN>(row, col / 8) +
-                                              (col % 8) * 2;
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[kk][i]));
-                    }
-                fence_proxy_async();
-                named_barrier_sync(Tr::kMathBarrier, Tr::kMathThreads);  // dSᵀ of every warpgroup written
-
-                // dQ[:, dq_col0 ..] = dS K: A = dSᵀ read MN-major, B = K read MN-major.
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                    wgmma_ss<Elem, 1, 1>(dq[0], desc_mn_major<Tr::kBlockN>(ds_smem, kk, dq_row0 / 64),
-                                         wgmma_desc(k_smem + (dq_col0 / 64) * Tr::kBlockN * 128 +
-                                                        (dq_col0 % 64) * 2 + kk * 16 * 128,
-                                                    Tr::kBlockN * 128, 1024),
-                                         kk > 0);
-                wgmma_commit();
-                wgmma_wait<0>();
-                reg_fence(dq[0]);
-            }
+            if constexpr (kAtomicDq)
+                step_dq<Tr>(dq, dsa, ds_smem, k_smem, dq_row0, dq_col0, warp, lane);
 
             // dV += Pᵀ dO, dK += dSᵀ Q; dQ staged for the writer meanwhile.
             wgmma_fence();
@@ -340,14 +368,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_kernel(const fa2_pa
 
             if constexpr (kAtomicDq) {
                 if (step > 0) mbarrier_wait(freed, (step - 1) & 1);  // the writer is done with it
-                const int r = dq_row0 + (warp % 4) * 16 + (lane >> 2);
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-#pragma unroll
-                    for (int n = 0; n < Tr::kDqCols / 8; ++n)
-                        st_shared_v2(stage_smem + (r + 8 * h) * Tr::kStagePitch +
-                                         (dq_col0 + n * 8 + 2 * (lane & 3)) * 4,
-                                     dq[0][n][2 * h], dq[0][n][2 * h + 1]);
+                stage_dq<Tr>(dq, stage_smem, dq_row0, dq_col0, warp, lane);
                 mbarrier_arrive(staged);
             }
             wgmma_wait<0>();  // before the next step refills this step's Q and dO buffers

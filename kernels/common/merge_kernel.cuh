@@ -22,7 +22,6 @@
 #include <stdint.h>
 
 #include "common/grid_dependency.cuh"
-#include "common/params.h"
 #include "common/ptx.cuh"
 
 namespace fa2 {
@@ -42,25 +41,12 @@ struct MergeRow {
     float sink;  // natural units; -inf: none
 };
 
-constexpr int kMergeWarps = FA2_MERGE_WARPS;  // warps of a block (common/params.h)
+constexpr int kMergeWarps = 4;  // warps of a block
 
-// 4 consecutive elements as floats, and back.
+// 4 consecutive fp32 parts' elements, and 4 results to a 16-bit O.
 __device__ __forceinline__ float4 load4(const float *src)
 {
     return *reinterpret_cast<const float4 *>(src);
-}
-
-template <typename T>
-__device__ __forceinline__ float4 load4(const T *src)
-{
-    const uint2 v = *reinterpret_cast<const uint2 *>(src);
-    const float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y);
-    return make_float4(a.x, a.y, b.x, b.y);
-}
-
-__device__ __forceinline__ void store4(float *dst, float4 x)
-{
-    *reinterpret_cast<float4 *>(dst) = x;
 }
 
 template <typename T>

@@ -195,11 +195,9 @@ typedef struct fa2_cache_write_params_t {
 } fa2_cache_write_params_t;
 
 /* Thread-block shapes that src/ checks grids with: the cache write's and fa2_combine's
- * threads a block (one per 16-byte chunk of a row), the split decode's merge kernel's
- * warps a block (one per row and head). */
+ * threads a block (one per 16-byte chunk of a row). */
 #define FA2_CACHE_WRITE_THREADS 256
 #define FA2_COMBINE_THREADS 256
-#define FA2_MERGE_WARPS 4
 
 /* fa2_combine's arguments (checked by src/combine.c); strides in elements. */
 typedef struct fa2_combine_params_t {

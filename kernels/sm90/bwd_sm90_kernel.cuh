@@ -137,6 +137,24 @@ __device__ __forceinline__ void load_kv_sm90(const fa2_params_t &p, const KeyBlo
         tid);
 }
 
+// A warp's m16k16 A fragments (its rows r and r + 8, one per k16 step) to a panel tile
+// of kRows rows as [key][query]: the A operand of a wgmma that reads it MN-major.
+template <int kRows, int kSteps>
+__device__ __forceinline__ void store_a_fragments(uint32_t tile,
+                                                  const uint32_t (&frag)[kSteps][4], int r,
+                                                  int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = r + 8 * (i & 1);
+            const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
+            const uint32_t addr = tile + panel_offset<kRows>(row, col / 8) + (col % 8) * 2;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(frag[kk][i]));
+        }
+}
+
 // A step's dQ part = dS K (dq: this warpgroup's rows or columns of it): dSᵀ (dsa, as
 // wgmma A fragments) to shared memory, [key][query] in the panel layout (the same
 // rounding as the registers), then the product, A = dSᵀ and B = K both read MN-major.
@@ -148,17 +166,7 @@ __device__ __forceinline__ void step_dq(float (&dq)[1][Tr::kDqCols / 8][4],
 {
 #if defined(FA2_SM90A)
     using Elem = typename Tr::Elem;
-    const int r = warp * 16 + (lane >> 2);
-#pragma unroll
-    for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = r + 8 * (i & 1);
-            const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
-            const uint32_t addr = ds_smem + panel_offset<Tr::kBlockN>(row, col / 8) +
-                                  (col % 8) * 2;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[kk][i]));
-        }
+    store_a_fragments<Tr::kBlockN>(ds_smem, dsa, warp * 16 + (lane >> 2), lane);
     fence_proxy_async();
     named_barrier_sync(Tr::kMathBarrier, Tr::kMathThreads);  // dSᵀ of every warpgroup written
 

@@ -117,19 +117,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
 
             float4 *xchg = reinterpret_cast<float4 *>(smem + (xchg_smem - smem_addr(smem))) + wtid;
             const int r = (warp % 4) * 16 + (lane >> 2);
-            // Stores an m16k16 A fragment per k16 step as [key][query] in a panel tile.
-            auto store_tile = [&](uint32_t tile, const uint32_t (&frag)[Tr::kBlockM / 16][4]) {
-#pragma unroll
-                for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int row = r + 8 * (i & 1);
-                        const int col = kk * 16 + 8 * (i >> 1) + 2 * (lane & 3);
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
-                                         tile + panel_offset<Tr::kBlockN>(row, col / 8) + (col % 8) * 2),
-                                     "r"(frag[kk][i]));
-                    }
-            };
             uint32_t frag[Tr::kBlockM / 16][4];
             if (wg == 0) {
                 const bool masked = row0 + Tr::kBlockM > b.seq.seqlen_q ||
@@ -154,7 +141,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                 }
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(frag[kk], acc, kk);
-                store_tile(pt_smem, frag);
+                store_a_fragments<Tr::kBlockN>(pt_smem, frag, r, lane);
                 fence_proxy_async();
                 named_barrier_arrive(1, 256);  // P and Pᵀ written
                 named_barrier_sync(2, 128);    // ...by all of warpgroup 0
@@ -181,7 +168,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dkdv_sm90_split_kernel(const 
                 }
 #pragma unroll
                 for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) a_fragment<Elem>(frag[kk], acc, kk);
-                store_tile(dst_smem, frag);
+                store_a_fragments<Tr::kBlockN>(dst_smem, frag, r, lane);
                 fence_proxy_async();
             }
             __syncthreads();  // dSᵀ written

@@ -1,9 +1,10 @@
 # ctest fa2_gpu_code_sets (cpu): configures libfa2 (head dim 128, Ninja) for several
 # architecture lists and checks the GPU code each kernel unit is compiled for
 # (docs/building.md, "How the kernels are split"): with -real/-virtual lists the
-# mma.sync forward comes from one compute_80 PTX (sm_90 machine code included) and the
-# 3-stage decode from one compute_90 PTX; with a real target below sm_90 in the 3-stage
-# decode's set, or a list in another form, the units take their targets as they are.
+# mma.sync forward and fa2_combine come from one compute_80 PTX (sm_90 machine code
+# included) and the 3-stage decode from one compute_90 PTX; with a real target below
+# sm_90 in the 3-stage decode's set, or a list in another form, the units take their
+# targets as they are.
 #   cmake -DSRC=<source dir> -DWORK=<scratch dir> -P check_gpu_code_sets.cmake
 # Without ninja it prints "SKIP:" (the test's skip pattern) and checks nothing.
 find_program(NINJA ninja)
@@ -48,6 +49,7 @@ unit_flags("${default}" n)
 expect("${n}" "${default}" fwd_d128 "arch=compute_80,code=[sm_90]" 1)
 expect("${n}" "${default}" fwd_d128 "arch=compute_80,code=[compute_80]" 1)
 expect("${n}" "${default}" fwd_d128 "compute_90a" 0)
+expect("${n}" "${default}" combine "arch=compute_80,code=[sm_90]" 1)
 expect("${n}" "${default}" decode_d128_s3 "arch=compute_90,code=[sm_90]" 1)
 expect("${n}" "${default}" decode_d128_s3 "arch=compute_90,code=[compute_90]" 1)
 expect("${n}" "${default}" decode_d128_s3 "compute_80" 0)

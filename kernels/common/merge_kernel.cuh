@@ -1,15 +1,18 @@
-// The merge kernel of partial attention results (O_i, LSE_i over separate key
-// ranges), as the split decode runs it (decode/decode_run.cuh; fa2_combine's kernel
-// merges a 16-byte chunk per thread, kernels/combine.cu). LSE = log sum exp LSE_i,
-// O = sum exp(LSE_i - LSE) O_i, in fp32; a part with LSE_i = -inf weighs nothing and
-// its O_i is not read (it may hold anything); every part -inf: O = 0, LSE = -inf. An
-// attention sink (include/fa2.h) joins the denominator once, as a part with no values.
+// The merge kernel of a split decode's partial results (O_i, LSE_i over separate key
+// ranges; decode/decode_run.cuh). LSE = log sum exp LSE_i, O = sum exp(LSE_i - LSE) O_i,
+// in fp32; a part with LSE_i = -inf weighs nothing (its O_i is finite: every split block
+// writes its rows); every part -inf: O = 0, LSE = -inf. An attention sink
+// (include/fa2.h) joins the denominator once, as a part with no values. fa2_combine
+// merges a 16-byte chunk per thread instead (kernels/combine.cu): with 2-4 parts that
+// layout ran about twice as fast (docs/building.md, the instance budget).
 //
-// One warp per (row, head): lane i reduces the LSEs of parts i, i + 32, ...; then each
-// lane sums 4 of every 128 columns over the parts, 16 parts' loads issued before the
-// first use. Where the rows lie is a policy type, Rows:
+// One warp per (row, head): lane i keeps the LSEs of parts i, i + 32, ... in registers,
+// the warp reduces them to the merged LSE and each part's weight; then each lane sums
+// 4 of every 128 columns over the parts, a group's loads issued before its weights are
+// shuffled. Where the rows lie is a policy type, Rows:
 //   using Part, Out;                   element types of the O_i and of O
 //   using Args;                        the kernel's argument
+//   static constexpr int kMaxParts;    the most parts a row has
 //   static constexpr bool kAfterPrevious;  wait for the previous grid (programmatic
 //                                      dependent launch) before reading
 //   static bool locate(const Args &, int64_t w, MergeRow<Part, Out> &);  warp w's row,
@@ -55,19 +58,26 @@ __device__ __forceinline__ void store4(T *dst, float4 x)
     *reinterpret_cast<uint2 *>(dst) = make_uint2(pack2<T>(x.x, x.y), pack2<T>(x.z, x.w));
 }
 
-// The merged LSE of a row (natural units, -inf when every part and the sink are), and
-// its largest term `top`.
-template <typename Part, typename Out>
-__device__ __forceinline__ float merged_lse(const MergeRow<Part, Out> &r, int lane, float &top)
+// Lane `lane`'s weights of parts lane, lane + 32, ... (0 past the last part) and the
+// row's merged LSE (natural units; -inf when every part and the sink are).
+template <int kPerLane, typename Part, typename Out>
+__device__ __forceinline__ float part_weights(const MergeRow<Part, Out> &r, int lane,
+                                              float (&weight)[kPerLane])
 {
     constexpr unsigned kAll = 0xffffffffu;
-    top = -INFINITY;
-    for (int i = lane; i < r.parts; i += 32) top = fmaxf(top, r.lse_parts[i * r.lse_part_stride]);
+    float lse[kPerLane], top = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int part = lane + 32 * i;
+        lse[i] = part < r.parts ? r.lse_parts[part * r.lse_part_stride] : -INFINITY;
+        top = fmaxf(top, lse[i]);
+    }
 #pragma unroll
     for (int m = 16; m > 0; m /= 2) top = fmaxf(top, __shfl_xor_sync(kAll, top, m));
     float sum = 0.f;
     if (top != -INFINITY)
-        for (int i = lane; i < r.parts; i += 32) sum += __expf(r.lse_parts[i * r.lse_part_stride] - top);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) sum += __expf(lse[i] - top);  // -inf: 0
 #pragma unroll
     for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(kAll, sum, m);
     if (r.sink != -INFINITY) {
@@ -75,7 +85,10 @@ __device__ __forceinline__ float merged_lse(const MergeRow<Part, Out> &r, int la
         sum = (top == -INFINITY ? 0.f : sum * __expf(top - new_top)) + __expf(r.sink - new_top);
         top = new_top;
     }
-    return top == -INFINITY ? -INFINITY : top + __logf(sum);
+    const float total = top == -INFINITY ? -INFINITY : top + __logf(sum);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) weight[i] = top == -INFINITY ? 0.f : __expf(lse[i] - total);
+    return total;
 }
 
 template <typename Rows>
@@ -84,6 +97,7 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_kernel(const typename 
     using Part = typename Rows::Part;
     using Out = typename Rows::Out;
     constexpr unsigned kAll = 0xffffffffu;
+    constexpr int kPerLane = (Rows::kMaxParts + 31) / 32;
     constexpr int kGroup = 16;  // parts whose loads are in flight together
     static_assert(32 % kGroup == 0, "a group within one lane's weight slot");
     if constexpr (Rows::kAfterPrevious) wait_for_previous_grid();
@@ -91,8 +105,8 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_kernel(const typename 
     const int64_t w = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
     MergeRow<Part, Out> r;
     if (!Rows::locate(args, w, r)) return;
-    float top;
-    const float total = merged_lse(r, lane, top);
+    float weight[kPerLane];
+    const float total = part_weights(r, lane, weight);
 
     // Every lane runs every pass, its columns or not (d = 64 gives lanes 16..31 none):
     // the weights are shuffled from all 32 lanes. Indices past the last part repeat it
@@ -101,28 +115,21 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_kernel(const typename 
         const int col = pass + 4 * lane;
         const bool mine = col < r.head_dim;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        float slot = 0.f;  // lane j: the weight of part first / 32 * 32 + j
         for (int first = 0; first < r.parts; first += kGroup) {
-            if (first % 32 == 0) {
-                const int part = first + lane;
-                slot = top == -INFINITY || part >= r.parts
-                           ? 0.f
-                           : __expf(r.lse_parts[part * r.lse_part_stride] - total);
-            }
-            float wt[kGroup];
             float4 x[kGroup];
 #pragma unroll
             for (int j = 0; j < kGroup; ++j) {
-                const float shared = __shfl_sync(kAll, slot, (first + j) % 32);
-                wt[j] = first + j < r.parts ? shared : 0.f;
                 const int part = min(first + j, r.parts - 1);
-                x[j] = mine && wt[j] != 0.f ? load4(r.o_parts + part * r.o_part_stride + col)
-                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+                x[j] = mine ? load4(r.o_parts + part * r.o_part_stride + col)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
             }
+            const float slot = weight[first / 32];  // lane j: part first / 32 * 32 + j
 #pragma unroll
             for (int j = 0; j < kGroup; ++j) {
-                acc.x += wt[j] * x[j].x, acc.y += wt[j] * x[j].y, acc.z += wt[j] * x[j].z,
-                    acc.w += wt[j] * x[j].w;
+                const float shared = __shfl_sync(kAll, slot, (first + j) % 32);
+                const float wt = first + j < r.parts ? shared : 0.f;
+                acc.x += wt * x[j].x, acc.y += wt * x[j].y, acc.z += wt * x[j].z,
+                    acc.w += wt * x[j].w;
             }
         }
         if (mine) store4(r.o + col, acc);

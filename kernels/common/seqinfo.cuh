@@ -30,12 +30,22 @@ struct Sequence {
     int check;
 };
 
-// How a kernel finds its sequences: compiled for dense or for packed batches (the
-// forward: a dense batch's kernels keep the call's lengths as constants), or deciding
-// at run time from p.cu_seqlens_q (the backward: one kernel serves both).
-enum SeqMode { kDenseSeq, kPackedSeq, kPagedSeq, kAnySeq };
+// How a kernel finds its sequences: compiled for dense batches only (kDenseSeq), for a
+// paged cache (kPagedSeq), or deciding at run time from p.cu_seqlens_q whether the
+// batch is dense or packed: the forward with every check (kDenseOrPackedSeq), the
+// backward with bounds only (kAnySeq). A dense batch runs the same forward kernel as a
+// packed one: the branch is taken once per block, outside the key loop.
+enum SeqMode { kDenseSeq, kDenseOrPackedSeq, kPagedSeq, kAnySeq };
 
-// Sequence `batch`. The forward's packed and paged kernels: from the offsets, checked
+// Whether the call's sequences come from offsets (a packed batch, a paged cache): their
+// K/V rows past the last key then hold other data, and their checks are recorded.
+template <int kMode>
+__device__ __forceinline__ bool from_offsets(const fa2_params_t &p)
+{
+    return kMode == kPagedSeq || (kMode != kDenseSeq && p.cu_seqlens_q != nullptr);
+}
+
+// Sequence `batch`. The forward's packed and paged batches: from the offsets, checked
 // (fa2_varlen_check_t, in order; the page ids are checked by the kernels,
 // common/varlen_check.cuh): a sequence that fails a check gets seqlen_q = seqlen_k = 0,
 // so no block reads or writes anything for it. The backward (kAnySeq, also the dense
@@ -61,6 +71,7 @@ __device__ __forceinline__ Sequence sequence(const fa2_params_t &p, int batch)
             if (!in_bounds) s.seqlen_q = s.seqlen_k = 0;
         }
     } else if constexpr (kMode != kDenseSeq) {
+        if (!from_offsets<kMode>(p)) return s;  // a dense batch
         s.q_start = p.cu_seqlens_q[batch];
         const int q_end = p.cu_seqlens_q[batch + 1];
         s.seqlen_q = q_end - s.q_start;

@@ -29,8 +29,8 @@ __device__ __forceinline__ int bad_page_ids(const fa2_params_t &p, const Sequenc
 }
 
 // The block's sequence's verdict (block-uniform), recorded by the one block per
-// sequence for which `recorder` is true. Call with every thread; a dense batch's
-// kernels do not call it (an `if constexpr` at the call keeps their code as it was).
+// sequence for which `recorder` is true; a dense batch's is FA2_VARLEN_OK, not
+// recorded. Call with every thread; kDenseSeq kernels do not call it.
 template <int kMode, int kThreads>
 __device__ __forceinline__ int varlen_verdict(const fa2_params_t &p, const Sequence &seq,
                                               bool recorder, int tid)
@@ -39,7 +39,7 @@ __device__ __forceinline__ int varlen_verdict(const fa2_params_t &p, const Seque
     if constexpr (kMode == kPagedSeq)
         if (__syncthreads_or(check == FA2_VARLEN_OK && bad_page_ids<kThreads>(p, seq, tid)))
             check = FA2_VARLEN_PAGE_ID;
-    if (tid == 0 && recorder) p.varlen_check[seq.batch] = check;
+    if (tid == 0 && recorder && from_offsets<kMode>(p)) p.varlen_check[seq.batch] = check;
     return check;
 }
 

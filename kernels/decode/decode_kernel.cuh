@@ -31,7 +31,7 @@
 
 namespace fa2 {
 
-// kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
+// kMode: kDenseOrPackedSeq (packed when p.cu_seqlens_q is set) or kPagedSeq (and p.page_table).
 template <typename Tr, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_params_t p)
 {

@@ -22,6 +22,7 @@ struct DecodeSplitRows {
     using Part = float;
     using Out = Elem;
     using Args = fa2_params_t;
+    static constexpr int kMaxParts = FA2_MAX_SPLITS;
     static constexpr bool kAfterPrevious = true;
 
     static __device__ __forceinline__ bool locate(const Args &p, int64_t w,
@@ -32,7 +33,7 @@ struct DecodeSplitRows {
         const int token = static_cast<int>(w / p.heads_q % p.seqlen_q);
         const int batch = static_cast<int>(w / p.heads_q / p.seqlen_q);
         const Sequence seq = sequence<kMode>(p, batch);
-        if (kMode != kDenseSeq && p.varlen_check[batch] != FA2_VARLEN_OK) return false;
+        if (from_offsets<kMode>(p) && p.varlen_check[batch] != FA2_VARLEN_OK) return false;
         if (token >= seq.seqlen_q) return false;
         const int64_t row = accum_row(p, seq, token);
         r.o_parts = p.o_accum + (row * p.heads_q + head) * p.head_dim;
@@ -53,15 +54,13 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
     const int64_t grid = static_cast<int64_t>(p.batch) * p.heads_kv * p.splits;
-    const auto kernel = p.page_table     ? decode_kernel<Tr, kPagedSeq>
-                        : p.cu_seqlens_q ? decode_kernel<Tr, kPackedSeq>
-                                         : decode_kernel<Tr, kDenseSeq>;
+    const auto kernel = p.page_table ? decode_kernel<Tr, kPagedSeq>
+                                     : decode_kernel<Tr, kDenseOrPackedSeq>;
     const cudaError_t err = launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
     if (err != cudaSuccess || p.splits == 1) return err;
     const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
-    const auto merge = p.page_table     ? merge_kernel<DecodeSplitRows<Elem, kPagedSeq>>
-                       : p.cu_seqlens_q ? merge_kernel<DecodeSplitRows<Elem, kPackedSeq>>
-                                        : merge_kernel<DecodeSplitRows<Elem, kDenseSeq>>;
+    const auto merge = p.page_table ? merge_kernel<DecodeSplitRows<Elem, kPagedSeq>>
+                                    : merge_kernel<DecodeSplitRows<Elem, kDenseOrPackedSeq>>;
     return launch(merge, (rows + kMergeWarps - 1) / kMergeWarps, 32 * kMergeWarps, 0, stream, p,
                   /*after_previous=*/p.kernel_family == 90);
 }

@@ -30,19 +30,21 @@ struct Sequence {
     int check;
 };
 
-// How a kernel finds its sequences: compiled for dense batches only (kDenseSeq), for a
-// paged cache (kPagedSeq), or deciding at run time from p.cu_seqlens_q whether the
-// batch is dense or packed: the forward with every check (kDenseOrPackedSeq), the
-// backward with bounds only (kAnySeq). A dense batch runs the same forward kernel as a
-// packed one: the branch is taken once per block, outside the key loop.
-enum SeqMode { kDenseSeq, kDenseOrPackedSeq, kPagedSeq, kAnySeq };
+// How a kernel finds its sequences: compiled for dense, packed or paged batches (the
+// compute-bound forward kernels: a dense batch's keep the call's lengths as constants,
+// and ran 3-7 % slower at d = 32 and 256 as the packed kernel), or deciding at run time
+// from p.cu_seqlens_q whether the batch is dense or packed: the decode kernel with
+// every check (kDenseOrPackedSeq; it streams K and V at the memory's rate either way),
+// the backward with bounds only (kAnySeq).
+enum SeqMode { kDenseSeq, kPackedSeq, kPagedSeq, kAnySeq, kDenseOrPackedSeq };
 
 // Whether the call's sequences come from offsets (a packed batch, a paged cache): their
 // K/V rows past the last key then hold other data, and their checks are recorded.
 template <int kMode>
 __device__ __forceinline__ bool from_offsets(const fa2_params_t &p)
 {
-    return kMode == kPagedSeq || (kMode != kDenseSeq && p.cu_seqlens_q != nullptr);
+    return kMode == kPagedSeq || kMode == kPackedSeq ||
+           (kMode != kDenseSeq && p.cu_seqlens_q != nullptr);
 }
 
 // Sequence `batch`. The forward's packed and paged batches: from the offsets, checked

@@ -55,7 +55,7 @@ __device__ __forceinline__ int fetch_kv_page(const fa2_params_t &p, const Sequen
                                               key_first, seq.seqlen_k - key_first, tid);
 }
 
-// kMode: kDenseOrPackedSeq (packed when p.cu_seqlens_q is set) or kPagedSeq (and p.page_table).
+// kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScored: softcap or ALiBi on (common/score_variants.cuh); sinks alone run the plain
 // instance, which adds the sink at the end.
 template <typename Tr, int kMode, bool kScored>

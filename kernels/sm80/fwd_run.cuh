@@ -17,10 +17,12 @@ cudaError_t fwd_run(const fa2_params_t &p, cudaStream_t stream)
     const int64_t grid = m_blocks * p.heads_q * p.batch;
 
     const bool scored = p.scores != FA2_SCORES_PLAIN;
-    const auto kernel = scored ? (p.page_table ? fwd_kernel<Tr, kPagedSeq, true>
-                                               : fwd_kernel<Tr, kDenseOrPackedSeq, true>)
-                               : (p.page_table ? fwd_kernel<Tr, kPagedSeq, false>
-                                               : fwd_kernel<Tr, kDenseOrPackedSeq, false>);
+    const auto kernel = scored ? (p.page_table     ? fwd_kernel<Tr, kPagedSeq, true>
+                                  : p.cu_seqlens_q ? fwd_kernel<Tr, kPackedSeq, true>
+                                                   : fwd_kernel<Tr, kDenseSeq, true>)
+                               : (p.page_table     ? fwd_kernel<Tr, kPagedSeq, false>
+                                  : p.cu_seqlens_q ? fwd_kernel<Tr, kPackedSeq, false>
+                                                   : fwd_kernel<Tr, kDenseSeq, false>);
     return launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 

@@ -30,8 +30,7 @@
 
 namespace fa2 {
 
-// kMode: kDenseOrPackedSeq (packed when p.cu_seqlens_q is set), kPagedSeq (and p.page_table)
-// or, in the producer layout, kDenseSeq.
+// kMode: kDenseSeq, kPackedSeq (p.cu_seqlens_q set) or kPagedSeq (and p.page_table).
 // kScores (ScoreKind, common/score_variants.cuh): kPlainScores without softcap or ALiBi
 // (sinks alone run the plain instance, which adds the sink at the end); kBoundedSoftcap
 // for a softcap that bounds the scores (FA2_SCORES_BOUNDED_SOFTCAP: no running maximum);

@@ -49,9 +49,9 @@ struct FwdSm90KvLoader {
                                               int key_first) const
     {
         if (tid != 0) return;
-        // A packed batch's map is its rows as one sequence (fwd_sm90_run.cuh: kv_layout)
-        copy_kv_tile<Tr>(map, dst, bar, kv_head, seq.k_start + key_first,
-                         from_offsets<kMode>(args.p) ? 0 : seq.batch);
+        copy_kv_tile<Tr>(map, dst, bar, kv_head,
+                         kMode == kDenseSeq ? key_first : seq.k_start + key_first,
+                         kMode == kDenseSeq ? seq.batch : 0);
     }
 
     // A paged tile by TMA: warp 0's lane j copies box j from page `page` (-1: past the

@@ -152,7 +152,7 @@ __device__ __forceinline__ void fwd_sm90_overlapped_loop(const FwdSm90Args &args
         // A packed sequence's or a last page's V rows past the keys (tile 0's) hold
         // other values, which P's zeros there must not meet as inf or NaN: zeroed
         // (the producer's copies zero-fill them).
-        if (!kProducer && from_offsets<kMode>(p) && j == 0 &&
+        if (!kProducer && kMode != kDenseSeq && j == 0 &&
             key_of(0) + Tr::kBlockN > keys) {
             zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(v_tile(0), keys - key_of(0),
                                                            tid, Tr::kThreads);

@@ -34,7 +34,8 @@ inline auto fwd_sm90_kernel_for(const fa2_params_t &p)
 {
     switch (p.fwd_kernel) {
     case FA2_FWD_KERNEL_WGMMA:
-        return fwd_sm90_kernel<Tr, kDenseOrPackedSeq, kScores, kKvByTma>;
+        return !p.cu_seqlens_q ? fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByTma>
+                               : fwd_sm90_kernel<Tr, kPackedSeq, kScores, kKvByTma>;
     case FA2_FWD_KERNEL_WGMMA_PAGED_TMA: return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByTma>;
     case FA2_FWD_KERNEL_WGMMA_PAGED_COPY:
         return fwd_sm90_kernel<Tr, kPagedSeq, kScores, kKvByCpAsync>;
@@ -43,7 +44,7 @@ inline auto fwd_sm90_kernel_for(const fa2_params_t &p)
         if constexpr (kProducerKv == kKvByProducer)
             return fwd_sm90_kernel<TrProducer, kDenseSeq, kScores, kKvByProducer>;
         else
-            return fwd_sm90_kernel<Tr, kDenseOrPackedSeq, kScores, kKvByTma>;
+            return fwd_sm90_kernel<Tr, kDenseSeq, kScores, kKvByTma>;
     }
 }
 

@@ -106,7 +106,7 @@ __device__ __forceinline__ void fwd_sm90_serial_loop(const FwdSm90Args &args,
             // A packed sequence's or a last page's rows past the keys hold other
             // values, which P's zeros there must not meet as inf or NaN: zeroed (a
             // dense batch's are outside the tensor map, zeros already).
-            if (from_offsets<kMode>(p) && key_first + Tr::kBlockN > seq.seqlen_k) {
+            if (kMode != kDenseSeq && key_first + Tr::kBlockN > seq.seqlen_k) {
                 zero_tile_rows<Tr::kBlockN, Tr::kHeadDim / 64>(
                     v_smem, seq.seqlen_k - key_first, tid, Tr::kThreads);
                 fence_proxy_async();

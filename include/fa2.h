@@ -425,6 +425,17 @@ typedef struct fa2_plan_t {
 FA2_API fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *device,
                               fa2_plan_t *plan);
 
+/* Writes one line that says what `plan` runs and why, for an engine's log: the forward
+ * kernel, its tile, shared memory, grid and score code, why that kernel family and why
+ * the decode kernel runs or not; the backward kernels. Into text[0..size), cut to fit
+ * and NUL-terminated; *length (when not NULL) gets the whole line's length, so a call
+ * with size 0 (text may be NULL) sizes the buffer. The words are for people: their
+ * wording may change between versions. Pure host code. On failure text and *length are
+ * untouched. Returns FA2_ERROR_NULL_POINTER (plan; text when size > 0),
+ * FA2_ERROR_STRUCT_SIZE, FA2_ERROR_BAD_PLAN (the plan is not what fa2_plan made). */
+FA2_API fa2_status_t fa2_plan_describe(const fa2_plan_t *plan, char *text, size_t size,
+                                       size_t *length);
+
 /* Runs the fused forward pass O = softmax(scale * Q K^T + mask) V on `stream`
  * (a cudaStream_t; NULL = the legacy default stream), asynchronously: returns once
  * the kernel is queued. q, k, v, o are device pointers laid out as plan->problem says,

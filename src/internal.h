@@ -38,7 +38,25 @@ typedef struct fa2_fwd_tile_t {
     int32_t kernel;        /* fa2_fwd_kernel_t */
     int32_t page_box_rows; /* FA2_FWD_KERNEL_WGMMA_PAGED_TMA: rows per TMA box */
     int64_t smem_bytes;    /* dynamic shared memory per block */
+    int32_t why;           /* fa2_fwd_why_t: why this kernel family */
 } fa2_fwd_tile_t;
+
+/* Why fa2_fwd_tile_for_device chose its family (fa2_plan_describe says it in words). */
+typedef enum fa2_fwd_why_t {
+    FA2_FWD_WHY_HOPPER = 1,        /* an sm_90 device, a Hopper kernel, K and V suit TMA */
+    FA2_FWD_WHY_NOT_SM90A = 2,     /* not an sm_90 device, or a build without sm_90a code */
+    FA2_FWD_WHY_NO_HOPPER_TILE = 3, /* no Hopper kernel for the bucket */
+    FA2_FWD_WHY_KV_NOT_TMA = 4     /* K's or V's strides do not suit TMA */
+} fa2_fwd_why_t;
+
+/* Why the decode kernel runs or not (fa2_decode_splits). */
+typedef enum fa2_decode_why_t {
+    FA2_DECODE_WHY_FITS = 0,        /* it runs */
+    FA2_DECODE_WHY_NO_KERNEL = 1,   /* none for the bucket */
+    FA2_DECODE_WHY_ROWS = 2,        /* more query rows per kv head than it holds */
+    FA2_DECODE_WHY_SMEM = 3,        /* its shared memory exceeds the device's */
+    FA2_DECODE_WHY_INVARIANT = 4    /* batch-invariant splits: grid or workspace too large */
+} fa2_decode_why_t;
 
 /* 1 when a device of compute capability major.minor runs the sm_90a (Hopper wgmma)
  * kernels: exactly cc 9.0 (sm_90a code runs on no other). The one place that says so. */
@@ -239,9 +257,9 @@ int fa2_fwd_workspace_layout(const fa2_problem_t *problem, int32_t splits,
 
 /* The decode kernel's choice for a validated problem on `device` with head-dim bucket
  * `bucket`: 0 = the prefill kernels; n >= 1 = the decode kernel with n key splits
- * (src/plan_decode.c). */
+ * (src/plan_decode.c). *why (when not NULL): fa2_decode_why_t. */
 int32_t fa2_decode_splits(const fa2_problem_t *problem, const fa2_device_info_t *device,
-                          int64_t bucket);
+                          int64_t bucket, int32_t *why);
 
 /* The decode kernel's pipeline depth for `bucket` on a device allowing
  * `smem_per_block_optin` bytes a block: the deepest compiled one that fits, 0 if none. */

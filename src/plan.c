@@ -218,7 +218,7 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
     out.fwd_arch = tile.arch;
     out.fwd_kernel = tile.kernel;
     out.page_box_rows = tile.page_box_rows;
-    out.splits = fa2_decode_splits(problem, device, tile.head_dim_bucket);
+    out.splits = fa2_decode_splits(problem, device, tile.head_dim_bucket, NULL);
     if (out.splits) { /* one block per (sequence, kv head, split) */
         out.fwd_kernel = FA2_FWD_KERNEL_DECODE;
         out.page_box_rows = 0;

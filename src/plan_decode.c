@@ -62,15 +62,22 @@ int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
 }
 
 int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *device,
-                          int64_t bucket)
+                          int64_t bucket, int32_t *why)
 {
+    int32_t unused;
+    if (!why)
+        why = &unused;
     int has_kernel = 0;
 #define FA2_DECODE_BUCKET(d) has_kernel |= bucket == (d);
     FA2_DECODE_HEAD_DIMS(FA2_DECODE_BUCKET)
 #undef FA2_DECODE_BUCKET
     const int64_t group = pr->heads_q / pr->heads_kv;
     const int32_t stages = fa2_decode_stages(bucket, device->smem_per_block_optin);
-    if (!has_kernel || group * pr->seqlen_q > FA2_DECODE_ROWS || !stages)
+    *why = !has_kernel                             ? FA2_DECODE_WHY_NO_KERNEL
+           : group * pr->seqlen_q > FA2_DECODE_ROWS ? FA2_DECODE_WHY_ROWS
+           : !stages                                ? FA2_DECODE_WHY_SMEM
+                                                    : FA2_DECODE_WHY_FITS;
+    if (*why != FA2_DECODE_WHY_FITS)
         return 0;
     if (pr->max_splits <= 1)
         return 1;
@@ -81,8 +88,10 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
         const int64_t per = fa2_decode_split_tiles(pr, bucket);
         const int64_t splits = tiles > per ? (tiles + per - 1) / per : 1;
         /* a grid or workspace too large: the prefill kernels (no splits, as invariant) */
-        if (base * splits > INT32_MAX || !fa2_fwd_workspace_layout(pr, (int32_t)splits, &ws))
+        if (base * splits > INT32_MAX || !fa2_fwd_workspace_layout(pr, (int32_t)splits, &ws)) {
+            *why = FA2_DECODE_WHY_INVARIANT;
             return 0;
+        }
         return (int32_t)splits;
     }
     /* The blocks run in waves of (blocks a multiprocessor holds, from shared memory) x

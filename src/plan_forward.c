@@ -56,9 +56,18 @@ static int takes_producer(int64_t head_dim_bucket, int64_t warpgroups, int paged
 int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
                             const fa2_device_info_t *device, fa2_fwd_tile_t *tile)
 {
+    int32_t why = FA2_FWD_WHY_NOT_SM90A; /* why the mma.sync kernel, if it runs */
 #if defined(FA2_WITH_SM90A)
-    if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor) &&
-        fa2_kv_tma_ready(problem)) {
+    if (fa2_cc_runs_sm90a(device->cc_major, device->cc_minor)) {
+        int hopper_tile = 0;
+#define FA2_X(b, wg, bn) hopper_tile |= bucket == (b);
+        FA2_FWD_SM90_TILES(FA2_X)
+#undef FA2_X
+        why = !hopper_tile                  ? FA2_FWD_WHY_NO_HOPPER_TILE
+              : !fa2_kv_tma_ready(problem) ? FA2_FWD_WHY_KV_NOT_TMA
+                                            : FA2_FWD_WHY_HOPPER;
+    }
+    if (why == FA2_FWD_WHY_HOPPER) {
 /* A paged cache or a dense batch of enough rows may take the producer layout (its math
  * warpgroups and one more); other paged caches go by TMA boxes where pages and tiles
  * suit them, else by cp.async. */
@@ -83,6 +92,7 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
             tile->smem_bytes =                                                             \
                 producer ? fa2_fwd_sm90_producer_smem_bytes((b), 64 * math_wg, (bn))       \
                          : fa2_fwd_sm90_smem_bytes((b), 64 * math_wg, (bn));               \
+            tile->why = why;                                                               \
             return 1;                                                                      \
         }
         FA2_FWD_SM90_TILES(FA2_X)
@@ -95,6 +105,7 @@ int fa2_fwd_tile_for_device(int64_t bucket, const fa2_problem_t *problem,
         return 0;
     if (tile->smem_bytes > device->smem_per_block_optin)
         fa2_fwd_compact_tile(bucket, tile); /* where the main tile does not fit */
+    tile->why = why;
     return 1;
 }
 

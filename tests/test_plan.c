@@ -1121,6 +1121,112 @@ static void test_device_runs_plan(void **state)
 #endif
 }
 
+/* The plan's description: the line's reasons follow the planner's choices, the text
+ * is cut to the buffer with its whole length reported, and bad input leaves every
+ * output untouched. */
+static char describe_text[1024];
+
+static const char *describe(const fa2_plan_t *plan)
+{
+    size_t length = 0;
+    assert_int_equal(fa2_plan_describe(plan, describe_text, sizeof describe_text, &length),
+                     FA2_SUCCESS);
+    assert_int_equal(length, strlen(describe_text));
+    assert_true(length < sizeof describe_text - 1);
+    return describe_text;
+}
+
+static void test_plan_describe(void **state)
+{
+    (void)state;
+    const fa2_device_info_t h200 = device(232448), a100 = device80(166912),
+                            rtx = device80(101376);
+    fa2_problem_t p;
+    fa2_plan_t plan;
+
+    /* GQA 32:8, one token: the decode kernel, 4 rows of its 16 */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1, 8192, 32, 8, 128);
+    p.causal = 1;
+    assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
+    assert_non_null(strstr(describe(&plan), "forward: the decode kernel"));
+    assert_non_null(strstr(describe_text, "4 query rows per kv head (4 heads x 1 tokens) fit"));
+    assert_non_null(strstr(describe_text, "backward: "));
+
+    /* MQA 64:1, one token: 64 rows exceed the decode kernel's 16 */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1, 8192, 64, 1, 128);
+    assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
+    assert_int_not_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
+    assert_non_null(strstr(describe(&plan), "64 query rows per kv head (64 heads x 1 tokens) "
+                                            "exceed its 16"));
+#if defined(FA2_WITH_SM90A)
+    assert_non_null(strstr(describe_text, "the Hopper wgmma kernel"));
+    assert_non_null(strstr(describe_text, "K and V suit TMA"));
+#endif
+
+    /* d = 96: no Hopper kernel, no decode kernel for the bucket */
+    fa2_problem_init(&p, FA2_DTYPE_FP16, 2, 300, 300, 8, 8, 96);
+    assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
+    assert_non_null(strstr(describe(&plan), "forward: the mma.sync kernel (Br "));
+#if defined(FA2_WITH_SM90A)
+    assert_non_null(strstr(describe_text, "no Hopper kernel for head-dim bucket 96"));
+#endif
+    assert_non_null(strstr(describe_text, "none for head-dim bucket 96"));
+
+    /* an A100: not sm_90; the 2-stage decode kernel */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 4, 2, 4096, 32, 8, 128);
+    assert_int_equal(fa2_plan(&p, &a100, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
+    assert_non_null(strstr(describe(&plan), "(2 K/V stages a warp"));
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 4, 512, 512, 32, 8, 128);
+    assert_int_equal(fa2_plan(&p, &a100, &plan), FA2_SUCCESS);
+#if defined(FA2_WITH_SM90A)
+    assert_non_null(strstr(describe(&plan), "the device is sm_80, the Hopper kernels need "
+                                            "sm_90"));
+#else
+    assert_non_null(strstr(describe(&plan), "this build has no Hopper (sm_90a) code"));
+#endif
+
+    /* 99 KiB: no decode kernel fits; d = 256 takes the compact tile */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1, 4096, 8, 8, 256);
+    assert_int_equal(fa2_plan(&p, &rtx, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_MMA_COMPACT);
+    assert_non_null(strstr(describe(&plan), "the mma.sync kernel, compact tile"));
+    assert_non_null(strstr(describe_text, "the main tile's "));
+    assert_non_null(strstr(describe_text, "exceed the device's 99 KiB"));
+    assert_non_null(strstr(describe_text, "not the decode kernel: its "));
+
+    /* Cut to fit, NUL-terminated, the whole length reported; size 0 only sizes */
+    size_t whole = 0, cut_length = 0;
+    assert_int_equal(fa2_plan_describe(&plan, NULL, 0, &whole), FA2_SUCCESS);
+    assert_int_equal(whole, strlen(describe(&plan)));
+    char small[17];
+    memset(small, 'x', sizeof small);
+    assert_int_equal(fa2_plan_describe(&plan, small, 16, &cut_length), FA2_SUCCESS);
+    assert_int_equal(cut_length, whole);
+    assert_int_equal(strlen(small), 15);
+    assert_memory_equal(small, describe_text, 15);
+    assert_int_equal(small[16], 'x');
+
+    /* Bad input: a status, nothing written */
+    size_t untouched = 12345;
+    memset(small, 'x', sizeof small);
+    assert_int_equal(fa2_plan_describe(NULL, small, sizeof small, &untouched),
+                     FA2_ERROR_NULL_POINTER);
+    assert_int_equal(fa2_plan_describe(&plan, NULL, 8, &untouched), FA2_ERROR_NULL_POINTER);
+    fa2_plan_t edited = plan;
+    edited.struct_size = 8;
+    assert_int_equal(fa2_plan_describe(&edited, small, sizeof small, &untouched),
+                     FA2_ERROR_STRUCT_SIZE);
+    edited = plan;
+    edited.block_m = 7;
+    assert_int_equal(fa2_plan_describe(&edited, small, sizeof small, &untouched),
+                     FA2_ERROR_BAD_PLAN);
+    assert_non_null(strstr(fa2_last_error(), "changed after fa2_plan"));
+    assert_int_equal(untouched, 12345);
+    assert_int_equal(small[0], 'x');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1139,6 +1245,7 @@ int main(void)
         cmocka_unit_test(test_tma_layouts),
         cmocka_unit_test(test_paged_producer_tile),
         cmocka_unit_test(test_problem_copied),
+        cmocka_unit_test(test_plan_describe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -192,6 +192,19 @@ class Planning(unittest.TestCase):
             self.assertIn(f"fwd_arch={plan.fwd_arch}, bwd_arch={plan.bwd_arch}", repr(plan))
         self.assertNotIn("arch", repr(plan.problem))
 
+    def test_describe(self):
+        # The C line, whole (its length queried first); a forged plan raises
+        a100 = fa2.make_device_info(8, 0, 108, 166912, 167936)
+        text = fa2.plan(problem(), a100).describe()
+        self.assertTrue(text.startswith("forward: the mma.sync kernel"), text)
+        self.assertIn("backward: ", text)
+        self.assertTrue(text.endswith("."), text)
+        plan = fa2.plan(problem(), device())
+        plan.raw.block_m += 16
+        with self.assertRaises(fa2.Fa2Error) as cm:
+            plan.describe()
+        self.assertIn("fa2_plan_describe", str(cm.exception))
+
     def test_plan_records_its_device(self):
         plan = fa2.plan(problem(), device())
         self.assertEqual(plan.device.struct_size, ctypes.sizeof(fa2.DeviceInfo))

@@ -92,6 +92,10 @@ class Library:
         c.fa2_forward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
         c.fa2_backward_varlen.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 13 + [sz, vp]
         c.fa2_backward.argtypes = [ctypes.POINTER(PlanStruct)] + [vp] * 10 + [sz, vp]
+        if hasattr(c, "fa2_plan_describe"):  # not in a library older than the binding
+            c.fa2_plan_describe.argtypes = [ctypes.POINTER(PlanStruct), ctypes.c_char_p, sz,
+                                            ctypes.POINTER(sz)]
+            c.fa2_plan_describe.restype = ctypes.c_int
         if hasattr(c, "fa2_varlen_check"):  # not in a library older than the binding
             c.fa2_varlen_check.argtypes = [ctypes.POINTER(PlanStruct), vp, sz,
                                            ctypes.POINTER(_i64), ctypes.POINTER(ctypes.c_int)]

@@ -152,6 +152,19 @@ class Plan:
     def __repr__(self):
         return f"<fa2.Plan {_struct_repr(self.raw)}>"
 
+    def describe(self):
+        """fa2_plan_describe: one line saying what the plan runs and why (for a log)."""
+        c = self.lib.cdll
+        if not hasattr(c, "fa2_plan_describe"):
+            return "(this libfa2 has no fa2_plan_describe)"
+        length = ctypes.c_size_t(0)
+        self.lib.check(c.fa2_plan_describe(ctypes.byref(self.raw), None, 0,
+                                           ctypes.byref(length)), "fa2_plan_describe")
+        text = ctypes.create_string_buffer(length.value + 1)
+        self.lib.check(c.fa2_plan_describe(ctypes.byref(self.raw), text, len(text),
+                                           ctypes.byref(length)), "fa2_plan_describe")
+        return text.value.decode()
+
     def forward(self, q, k, v, o, lse=None, workspace=None, workspace_bytes=None,
                 stream=None):
         """fa2_forward on device pointers (ints) or torch tensors laid out as the plan's

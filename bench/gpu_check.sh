@@ -7,8 +7,9 @@
 #
 #   device run, carry [".deps"]:  bash bench/gpu_check.sh
 #
-# Logs (ctest-output.log: every test's output) and bench.csv go to $OUT (the device tool's folder that comes back; default
-# ./gpu-out). Environment:
+# Logs (ctest-output.log: every test's output) and bench.csv go to $OUT (the device
+# tool's folder that comes back; default ./gpu-out), packed at the end into
+# $OUT/gpu-logs.tgz beside summary.txt. Environment:
 #   FA2_BENCH_ARGS   extra fa2_bench arguments, e.g. "--seqlen 8192 --head-dim 128"
 #   FA2_SKIP_BENCH=1 skip fa2_bench
 #   FA2_CTEST_ARGS   extra ctest arguments, e.g. "-L gpu" or "-R forward"
@@ -67,6 +68,11 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 BUILD=build-gpu
 mkdir -p "$OUT"
+# What $OUT holds already (e.g. the caller's own log of this script) is not packed
+shopt -s nullglob
+callers_files=()
+for f in "$OUT"/*; do callers_files+=("${f##*/}"); done
+shopt -u nullglob
 failed=()
 started=$(date +%s)
 
@@ -76,7 +82,8 @@ run_step() {
     shift 2
     echo
     echo "=== $name: $*"
-    local t0=$(date +%s)
+    local t0
+    t0=$(date +%s)
     "$@" 2>&1 | tee -a "$log"
     local rc=${PIPESTATUS[0]}
     echo "=== $name: $([ "$rc" -eq 0 ] && echo ok || echo "FAILED (exit $rc)") in $(( $(date +%s) - t0 )) s"
@@ -328,5 +335,18 @@ fi
         echo "RESULT: FAILED steps: ${failed[*]}"
     fi
 } 2>&1 | tee "$OUT/summary.txt"
+
+# The device tool brings back only a few files a call: this run's logs and CSVs into one
+# archive beside the summary (tar xzf gpu-logs.tgz to read them).
+shopt -s nullglob
+logs=()
+for f in "$OUT"/*; do
+    case " summary.txt gpu-logs.tgz ${callers_files[*]} " in
+        *" ${f##*/} "*) ;;
+        *) logs+=("${f##*/}") ;;
+    esac
+done
+shopt -u nullglob
+[ ${#logs[@]} -eq 0 ] || (cd "$OUT" && tar czf gpu-logs.tgz "${logs[@]}" && rm -f "${logs[@]}")
 
 [ ${#failed[@]} -eq 0 ]

@@ -10,11 +10,22 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
+
 namespace fa2 {
 
-// 8 consecutive elements at `src` as floats.
+// 8 consecutive elements at `src` as floats: a 16-bit type's, or fp32's below.
 template <typename T>
-__device__ __forceinline__ void load8(const T *src, float (&x)[8]);
+__device__ __forceinline__ void load8(const T *src, float (&x)[8])
+{
+    const uint4 v = *reinterpret_cast<const uint4 *>(src);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = unpack2<T>(words[i]);
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+}
 
 template <>
 __device__ __forceinline__ void load8<float>(const float *src, float (&x)[8])
@@ -25,59 +36,19 @@ __device__ __forceinline__ void load8<float>(const float *src, float (&x)[8])
     x[7] = b.w;
 }
 
-template <>
-__device__ __forceinline__ void load8<__half>(const __half *src, float (&x)[8])
-{
-    const uint4 v = *reinterpret_cast<const uint4 *>(src);
-    const __half2 *h = reinterpret_cast<const __half2 *>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(h[i]);
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
-    }
-}
-
-template <>
-__device__ __forceinline__ void load8<__nv_bfloat16>(const __nv_bfloat16 *src, float (&x)[8])
-{
-    const uint4 v = *reinterpret_cast<const uint4 *>(src);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
-    }
-}
-
-// 8 floats to `dst`, converted.
+// 8 floats to `dst`, converted: to a 16-bit type, or fp32 below.
 template <typename T>
-__device__ __forceinline__ void store8(T *dst, const float (&x)[8]);
+__device__ __forceinline__ void store8(T *dst, const float (&x)[8])
+{
+    *reinterpret_cast<uint4 *>(dst) = make_uint4(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]),
+                                                 pack2<T>(x[4], x[5]), pack2<T>(x[6], x[7]));
+}
 
 template <>
 __device__ __forceinline__ void store8<float>(float *dst, const float (&x)[8])
 {
     *reinterpret_cast<float4 *>(dst) = make_float4(x[0], x[1], x[2], x[3]);
     *reinterpret_cast<float4 *>(dst + 4) = make_float4(x[4], x[5], x[6], x[7]);
-}
-
-template <>
-__device__ __forceinline__ void store8<__half>(__half *dst, const float (&x)[8])
-{
-    uint4 v;
-    __half2 *h = reinterpret_cast<__half2 *>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
-    *reinterpret_cast<uint4 *>(dst) = v;
-}
-
-template <>
-__device__ __forceinline__ void store8<__nv_bfloat16>(__nv_bfloat16 *dst, const float (&x)[8])
-{
-    uint4 v;
-    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-    *reinterpret_cast<uint4 *>(dst) = v;
 }
 
 // Merges chunk `o_part0` (part 0's 8 elements; part i at + i * o_part_stride) with the

@@ -10,12 +10,12 @@
 // the warp reduces them to the merged LSE and each part's weight; then each lane sums
 // 4 of every 128 columns over the parts, a group's loads issued before its weights are
 // shuffled. Where the rows lie is a policy type, Rows:
-//   using Part, Out;                   element types of the O_i and of O
+//   using Out;                         element type of O (the O_i are fp32)
 //   using Args;                        the kernel's argument
 //   static constexpr int kMaxParts;    the most parts a row has
 //   static constexpr bool kAfterPrevious;  wait for the previous grid (programmatic
 //                                      dependent launch) before reading
-//   static bool locate(const Args &, int64_t w, MergeRow<Part, Out> &);  warp w's row,
+//   static bool locate(const Args &, int64_t w, MergeRow<Out> &);  warp w's row,
 //                                      false for none
 #pragma once
 
@@ -31,9 +31,9 @@ namespace fa2 {
 
 // Where one (row, head) of a merge lies. Part i's O at o_parts + i * o_part_stride,
 // its LSE at lse_parts[i * lse_part_stride].
-template <typename Part, typename Out>
+template <typename Out>
 struct MergeRow {
-    const Part *o_parts;
+    const float *o_parts;
     int64_t o_part_stride;
     const float *lse_parts;
     int64_t lse_part_stride;
@@ -60,8 +60,8 @@ __device__ __forceinline__ void store4(T *dst, float4 x)
 
 // Lane `lane`'s weights of parts lane, lane + 32, ... (0 past the last part) and the
 // row's merged LSE (natural units; -inf when every part and the sink are).
-template <int kPerLane, typename Part, typename Out>
-__device__ __forceinline__ float part_weights(const MergeRow<Part, Out> &r, int lane,
+template <int kPerLane, typename Out>
+__device__ __forceinline__ float part_weights(const MergeRow<Out> &r, int lane,
                                               float (&weight)[kPerLane])
 {
     constexpr unsigned kAll = 0xffffffffu;
@@ -94,7 +94,6 @@ __device__ __forceinline__ float part_weights(const MergeRow<Part, Out> &r, int 
 template <typename Rows>
 __global__ void __launch_bounds__(32 * kMergeWarps) merge_kernel(const typename Rows::Args args)
 {
-    using Part = typename Rows::Part;
     using Out = typename Rows::Out;
     constexpr unsigned kAll = 0xffffffffu;
     constexpr int kPerLane = (Rows::kMaxParts + 31) / 32;
@@ -103,7 +102,7 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_kernel(const typename 
     if constexpr (Rows::kAfterPrevious) wait_for_previous_grid();
     const int lane = threadIdx.x % 32;
     const int64_t w = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
-    MergeRow<Part, Out> r;
+    MergeRow<Out> r;
     if (!Rows::locate(args, w, r)) return;
     float weight[kPerLane];
     const float total = part_weights(r, lane, weight);

@@ -19,14 +19,13 @@ namespace fa2 {
 // (after_previous): nothing is read before wait_for_previous_grid().
 template <typename Elem, int kMode>
 struct DecodeSplitRows {
-    using Part = float;
     using Out = Elem;
     using Args = fa2_params_t;
     static constexpr int kMaxParts = FA2_MAX_SPLITS;
     static constexpr bool kAfterPrevious = true;
 
     static __device__ __forceinline__ bool locate(const Args &p, int64_t w,
-                                                  MergeRow<Part, Out> &r)
+                                                  MergeRow<Out> &r)
     {
         if (w >= static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q) return false;
         const int head = static_cast<int>(w % p.heads_q);

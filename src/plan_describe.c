@@ -124,9 +124,7 @@ static void add_decode_reason(line_t *line, const fa2_plan_t *plan, int32_t why)
 
 static void add_forward(line_t *line, const fa2_plan_t *plan)
 {
-    fa2_fwd_tile_t tile = {0};
     int32_t decode_why = FA2_DECODE_WHY_FITS;
-    fa2_fwd_tile_for_device(plan->head_dim_bucket, &plan->problem, &plan->device, &tile);
     fa2_decode_splits(&plan->problem, &plan->device, plan->head_dim_bucket, &decode_why);
     add(line, "forward: %s", fwd_kernel_words(plan->fwd_kernel));
     if (plan->fwd_kernel == FA2_FWD_KERNEL_DECODE)
@@ -142,6 +140,8 @@ static void add_forward(line_t *line, const fa2_plan_t *plan)
     if (plan->fwd_kernel == FA2_FWD_KERNEL_DECODE) {
         add_decode_reason(line, plan, decode_why);
     } else {
+        fa2_fwd_tile_t tile = {0};
+        fa2_fwd_tile_for_device(plan->head_dim_bucket, &plan->problem, &plan->device, &tile);
         add_family_reason(line, plan, &tile);
         add(line, "; ");
         add_decode_reason(line, plan, decode_why);

@@ -3,8 +3,10 @@
 the kernel objects of two builds, kernel by kernel, without a GPU: each object's
 embedded fatbin is cut into its cubins (one per architecture; a compressed one is
 unpacked), disassembled with nvdisasm, and every kernel, found by its symbol in
-whichever object holds it, is reported as identical, renamed (the same instructions up
-to register numbers and labels), or different (with the opcodes whose counts changed).
+whichever object holds it, is reported as identical, relabelled (the same instructions
+and registers; only the numbers of labels and internal helpers differ, which follow a
+unit's contents), renamed (the same instructions up to register numbers), or different
+(with the opcodes whose counts changed).
 
     python3 bench/lab/sass_compare.py OLD_BUILD NEW_BUILD [--match fwd_sm90] [--ops]
 
@@ -99,6 +101,14 @@ def kernels(cubin, tool):
 REGISTER = re.compile(r"\b(UR|R|UP|P|B)(\d+)\b")
 
 
+LABEL = re.compile(r"\.L_x_\d+|__internal_\d+_")
+
+
+def relabelled(instructions):
+    """Labels and the numbers of internal helper functions blanked."""
+    return [LABEL.sub("L", i) for i in instructions]
+
+
 def canonical(instructions):
     """Registers numbered by first use, per kind; labels and the numbers of internal
     helper functions (which follow a unit's contents) blanked."""
@@ -107,8 +117,7 @@ def canonical(instructions):
     def rename(m):
         seen = names[m.group(1)]
         return seen.setdefault(m.group(0), f"{m.group(1)}{len(seen)}")
-    return [re.sub(r"\.L_x_\d+|__internal_\d+_", "L", REGISTER.sub(rename, i))
-            for i in instructions]
+    return relabelled(REGISTER.sub(rename, i) for i in instructions)
 
 
 def opcode(instruction):
@@ -155,6 +164,8 @@ def main():
         elif x == y:
             totals["identical"] += 1
             continue
+        elif relabelled(x) == relabelled(y):
+            verdict = "relabelled"
         elif canonical(x) == canonical(y):
             verdict = "renamed"
         else:

@@ -116,17 +116,23 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
                 cp_async_commit();
             }
 
+            // Step-0 descriptors, rebuilt each block (opaque: not hoisted into registers
+            // held across the loop), and the k steps added as constants.
+            const uint64_t q_desc = desc_k_major<Tr::kBlockM>(opaque(q_smem), wg_row0, 0);
+            const uint64_t do_desc = desc_k_major<Tr::kBlockM>(opaque(do_smem), wg_row0, 0);
+            const uint64_t k_desc = desc_k_major<Tr::kBlockN>(k_buf, 0, 0);
+            const uint64_t v_desc = desc_k_major<Tr::kBlockN>(opaque(v_smem), 0, 0);
             float s[kN][4], dp[kN][4];
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
-                wgmma_ss<Elem, 0, 0>(s, desc_k_major<Tr::kBlockM>(q_smem, wg_row0, kk),
-                                     desc_k_major<Tr::kBlockN>(k_buf, 0, kk), kk > 0);
+                wgmma_ss<Elem, 0, 0>(s, q_desc + k_major_step<Tr::kBlockM>(kk),
+                                     k_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
             wgmma_commit();
 #pragma unroll
             for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk)
-                wgmma_ss<Elem, 0, 0>(dp, desc_k_major<Tr::kBlockM>(do_smem, wg_row0, kk),
-                                     desc_k_major<Tr::kBlockN>(v_smem, 0, kk), kk > 0);
+                wgmma_ss<Elem, 0, 0>(dp, do_desc + k_major_step<Tr::kBlockM>(kk),
+                                     v_desc + k_major_step<Tr::kBlockN>(kk), kk > 0);
             wgmma_commit();
             wgmma_wait<1>();
             reg_fence(s);
@@ -160,7 +166,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) dq_sm90_kernel(const fa2_para
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-                wgmma_rs<Elem, 1>(dq[0], ds[kk], desc_mn_major<Tr::kBlockN>(k_buf, kk), 1);
+                wgmma_rs<Elem, 1>(dq[0], ds[kk], desc_mn_major<Tr::kBlockN>(k_buf, 0) + mn_major_step(kk), 1);
             wgmma_commit();
             wgmma_wait<0>();
             reg_fence(dq[0]);

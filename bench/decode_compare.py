@@ -23,10 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdpa_compare import fa2lib, sdpa, time_ms, write_csv  # noqa: E402
 
 # (batch, keys, heads_q, heads_kv, head_dim): the table, then its other head dims
-# and GQA ratios
+# and GQA ratios, then groups past a block's 16 rows (MQA 64:1, a group of 128)
 SHAPES = [(1, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (16, 8192, 32, 8, 128),
           (64, 4096, 32, 8, 128), (8, 16384, 32, 32, 128), (16, 8192, 32, 8, 64),
-          (16, 8192, 32, 8, 256), (16, 8192, 32, 32, 128), (16, 8192, 32, 2, 128)]
+          (16, 8192, 32, 8, 256), (16, 8192, 32, 32, 128), (16, 8192, 32, 2, 128),
+          (16, 8192, 64, 1, 128), (1, 131072, 64, 1, 128), (8, 8192, 128, 1, 128)]
 
 
 def copy_bandwidth():

@@ -333,7 +333,7 @@ typedef enum fa2_fwd_kernel_t {
     FA2_FWD_KERNEL_WGMMA_PAGED_COPY = 5, /* Hopper wgmma, pages by cp.async */
     FA2_FWD_KERNEL_WGMMA_PRODUCER = 6,   /* Hopper wgmma, a producer warpgroup loading K and V
                                             for two math warpgroups (dense or paged) */
-    FA2_FWD_KERNEL_DECODE = 7            /* few query rows per kv head: the decode kernel,
+    FA2_FWD_KERNEL_DECODE = 7            /* at most 16 query tokens: the decode kernel,
                                             plan->splits splits */
 } fa2_fwd_kernel_t;
 
@@ -391,7 +391,7 @@ typedef struct fa2_plan_t {
                                     (sm_90, head-dim buckets 64/128/256, both modes),
                                     80 = mma.sync */
     int32_t splits;              /* 0: the forward runs the prefill kernels; n >= 1: the
-                                    decode kernel (few query rows per kv head), each
+                                    decode kernel (at most 16 query tokens), each
                                     sequence's keys in n splits merged after (n > 1 needs
                                     the workspace). grid_blocks and smem_bytes are then
                                     the decode kernel's */

@@ -53,7 +53,7 @@ typedef enum fa2_fwd_why_t {
 typedef enum fa2_decode_why_t {
     FA2_DECODE_WHY_FITS = 0,        /* it runs */
     FA2_DECODE_WHY_NO_KERNEL = 1,   /* none for the bucket */
-    FA2_DECODE_WHY_ROWS = 2,        /* more query rows per kv head than it holds */
+    FA2_DECODE_WHY_TOKENS = 2,      /* more query tokens than it takes */
     FA2_DECODE_WHY_SMEM = 3,        /* its shared memory exceeds the device's */
     FA2_DECODE_WHY_INVARIANT = 4    /* batch-invariant splits: grid or workspace too large */
 } fa2_decode_why_t;
@@ -264,6 +264,10 @@ int32_t fa2_decode_splits(const fa2_problem_t *problem, const fa2_device_info_t 
 /* The decode kernel's pipeline depth for `bucket` on a device allowing
  * `smem_per_block_optin` bytes a block: the deepest compiled one that fits, 0 if none. */
 int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin);
+
+/* The decode kernel's row tiles per kv head: query heads per kv head x seqlen_q rows,
+ * FA2_DECODE_ROWS a block. */
+int64_t fa2_decode_row_tiles(const fa2_problem_t *problem);
 
 /* Batch-invariant decode (problem->batch_invariant): key tiles per split, the same for
  * every sequence; 0 otherwise (a sequence's tiles divided over the splits). */

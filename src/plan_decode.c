@@ -50,6 +50,11 @@ int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin)
     return 0;
 }
 
+int64_t fa2_decode_row_tiles(const fa2_problem_t *pr)
+{
+    return (pr->heads_q / pr->heads_kv * pr->seqlen_q + FA2_DECODE_ROWS - 1) / FA2_DECODE_ROWS;
+}
+
 int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
 {
     if (!pr->batch_invariant || pr->max_splits <= 1)
@@ -71,19 +76,18 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
 #define FA2_DECODE_BUCKET(d) has_kernel |= bucket == (d);
     FA2_DECODE_HEAD_DIMS(FA2_DECODE_BUCKET)
 #undef FA2_DECODE_BUCKET
-    const int64_t group = pr->heads_q / pr->heads_kv;
     const int32_t stages = fa2_decode_stages(bucket, device->smem_per_block_optin);
-    *why = !has_kernel                             ? FA2_DECODE_WHY_NO_KERNEL
-           : group * pr->seqlen_q > FA2_DECODE_ROWS ? FA2_DECODE_WHY_ROWS
-           : !stages                                ? FA2_DECODE_WHY_SMEM
-                                                    : FA2_DECODE_WHY_FITS;
+    *why = !has_kernel                          ? FA2_DECODE_WHY_NO_KERNEL
+           : pr->seqlen_q > FA2_DECODE_MAX_TOKENS ? FA2_DECODE_WHY_TOKENS
+           : !stages                             ? FA2_DECODE_WHY_SMEM
+                                                 : FA2_DECODE_WHY_FITS;
     if (*why != FA2_DECODE_WHY_FITS)
         return 0;
     if (pr->max_splits <= 1)
         return 1;
     const int64_t tiles = (pr->seqlen_k + FA2_DECODE_KEYS(bucket) - 1) / FA2_DECODE_KEYS(bucket);
     fa2_fwd_workspace_t ws;
-    const int64_t base = pr->batch * pr->heads_kv;
+    const int64_t base = pr->batch * pr->heads_kv * fa2_decode_row_tiles(pr);
     if (pr->batch_invariant) { /* from seqlen_k and max_splits only */
         const int64_t per = fa2_decode_split_tiles(pr, bucket);
         const int64_t splits = tiles > per ? (tiles + per - 1) / per : 1;

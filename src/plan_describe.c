@@ -91,15 +91,16 @@ static void add_decode_reason(line_t *line, const fa2_plan_t *plan, int32_t why)
     const long long group = (long long)(pr->heads_q / pr->heads_kv);
     const long long tokens = (long long)pr->seqlen_q;
     switch (why) {
-    case FA2_DECODE_WHY_FITS:
-        add(line, "%lld query rows per kv head (%lld heads x %lld tokens) fit the decode "
-                  "kernel's %d",
-            group * tokens, group, tokens, FA2_DECODE_ROWS);
+    case FA2_DECODE_WHY_FITS: {
+        const long long tiles = (long long)fa2_decode_row_tiles(pr);
+        add(line, "%lld query rows per kv head (%lld heads x %lld tokens) in %lld row "
+                  "tile%s of %d, each reading the keys once",
+            group * tokens, group, tokens, tiles, tiles == 1 ? "" : "s", FA2_DECODE_ROWS);
         break;
-    case FA2_DECODE_WHY_ROWS:
-        add(line, "not the decode kernel: %lld query rows per kv head (%lld heads x %lld "
-                  "tokens) exceed its %d",
-            group * tokens, group, tokens, FA2_DECODE_ROWS);
+    }
+    case FA2_DECODE_WHY_TOKENS:
+        add(line, "not the decode kernel: %lld query tokens exceed its %d", tokens,
+            FA2_DECODE_MAX_TOKENS);
         break;
     case FA2_DECODE_WHY_NO_KERNEL:
         add(line, "not the decode kernel: none for head-dim bucket %d",

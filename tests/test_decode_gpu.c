@@ -1,7 +1,7 @@
 /* The decode kernel (kernels/decode/) on the GPU against the double oracle.
  *
- * Dense cases: 1 to 16 query tokens, GQA groups 1, 2, 4, 8, 16 and MQA, head dims 64,
- * 128 and 256, batch 1 to 64, key counts 0, 1, 17, 300, 1000 to 128k, causal and
+ * Dense cases: 1 to 16 query tokens, GQA groups 1, 2, 4, 8, 16 and MQA up to 128 query
+ * heads (rows past a block's 16 in row tiles), head dims 64, 128 and 256, batch 1 to 64, key counts 0, 1, 17, 300, 1000 to 128k, causal and
  * windows, with and without key splits (plan->splits checked: the decode kernel
  * runs, and splits where the case asks for them), planned for this device and again
  * for an A100's record (the two-stage pipeline), and with the score variants (softcap,
@@ -65,6 +65,14 @@ static const decode_case_t cases[] = {
      * hold no columns (the combine must still take their splits' weights) */
     {FP16, 2, 1, 131072, 6, 1, 64, 1, -1, 128, 1},
     {BF16, 2, 2, 5000, 16, 2, 256, 1, -1, 32, 1},   /* 2 tokens x GQA 8: 16 rows */
+    /* More rows than a block's 16: row tiles of one kv head */
+    {BF16, 2, 1, 3000, 64, 1, 128, 1, -1, 64, 1},   /* MQA 64:1: 4 row tiles */
+    {FP16, 1, 1, 2000, 128, 1, 64, 1, -1, 64, 1},   /* group 128 (absorbed MLA-like) */
+    {BF16, 2, 4, 4100, 64, 8, 128, 1, -1, 64, 1},   /* GQA 8 x 4 speculative: 2 tiles */
+    {BF16, 1, 16, 1500, 32, 2, 256, 1, -1, 0, 0},   /* 16 tokens x 16: 16 tiles, causal */
+    {FP16, 3, 3, 999, 12, 2, 64, 1, 300, 32, 1},    /* 18 rows: a tile of 2, a window */
+    {BF16, 1, 16, 16, 24, 1, 128, 1, -1, 0, 0},     /* 384 rows, 16 keys (the last tile's
+                                                       tokens see keys 1..16) */
 };
 
 /* One case planned for `info`; `mod` (NULL: plain attention) adds the score variants,
@@ -346,10 +354,11 @@ cleanup:
 static void test_decode_varlen(void **state)
 {
     (void)state;
-    /* GQA 4 (rows 8-15 of the tile padding), and d = 64 (two paged parts a tile) with
-     * GQA 16 (every row real) */
+    /* GQA 4 (rows 8-15 of the tile padding), d = 64 (two paged parts a tile) with GQA 16
+     * (every row real), and MQA 32:1 (two row tiles) */
     assert_int_equal(run_varlen(0, 128, 8) + run_varlen(16, 128, 8) + run_varlen(64, 128, 8) +
-                         run_varlen(0, 64, 2) + run_varlen(16, 64, 2),
+                         run_varlen(0, 64, 2) + run_varlen(16, 64, 2) + run_varlen(0, 256, 1) +
+                         run_varlen(16, 128, 1),
                      0);
 }
 

@@ -402,23 +402,24 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     assert_true(pl->block_m >= 16 && pl->block_m % 16 == 0);
     assert_true(pl->block_n >= 16 && pl->block_n % 16 == 0);
     assert_int_equal(pl->fwd_arch, t->arch);
-    /* The decode kernel: exactly for its buckets, at most 16 rows of query heads per kv
-     * head times query tokens, when its shared memory fits; splits only when allowed. */
+    /* The decode kernel: exactly for its buckets, at most 16 query tokens (16 rows of
+     * query heads per kv head times tokens a block), when its shared memory fits; splits
+     * only when allowed. */
     const int decode_bucket = bucket == 64 || bucket == 128 || bucket == 256;
-    const int64_t decode_rows = p->heads_q / p->heads_kv * p->seqlen_q;
+    const int64_t row_tiles = (p->heads_q / p->heads_kv * p->seqlen_q + 15) / 16;
     const int64_t row_bytes = (bucket + 63) / 64 * 64 * 2, keys = bucket >= 256 ? 16 : bucket >= 128 ? 32 : 64;
     /* Q, then 4 warps x 3 stages x (K, V) where that fits, else 2 stages */
     const int64_t deep_smem = 16 * row_bytes + 4 * 3 * 2 * keys * row_bytes;
     const int64_t decode_smem = deep_smem <= d->smem_per_block_optin
                                     ? deep_smem
                                     : 16 * row_bytes + 4 * 2 * 2 * keys * row_bytes;
-    const int decode = decode_bucket && decode_rows <= 16 &&
+    const int decode = decode_bucket && p->seqlen_q <= 16 &&
                        decode_smem <= d->smem_per_block_optin;
     assert_int_equal(pl->splits > 0, decode);
     assert_true(pl->splits <= (p->max_splits > 1 ? p->max_splits : 1));
     if (decode) {
         assert_int_equal(pl->smem_bytes, decode_smem);
-        assert_int_equal(pl->grid_blocks, p->batch * p->heads_kv * pl->splits);
+        assert_int_equal(pl->grid_blocks, p->batch * p->heads_kv * row_tiles * pl->splits);
     } else {
         assert_int_equal(pl->smem_bytes, t->smem);
         /* Q (Br rows) + K double buffer + V (Bc rows each), rows of >= d 2-byte values. */
@@ -834,7 +835,7 @@ static void test_splits(void **state)
     p.max_splits = 64;
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.splits, 1);
-    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 5, 8192, 32, 8, 128);
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 17, 8192, 32, 8, 128); /* 17 tokens */
     assert_int_equal(fa2_plan(&p, &d, &pl), FA2_SUCCESS);
     assert_int_equal(pl.splits, 0);
     /* Batch-invariant: 256 key tiles of 32, 32 tiles per split (64 splits could hold
@@ -1150,15 +1151,23 @@ static void test_plan_describe(void **state)
     assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
     assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
     assert_non_null(strstr(describe(&plan), "forward: the decode kernel"));
-    assert_non_null(strstr(describe_text, "4 query rows per kv head (4 heads x 1 tokens) fit"));
+    assert_non_null(strstr(describe_text, "4 query rows per kv head (4 heads x 1 tokens) in 1 row "
+                                          "tile of 16"));
     assert_non_null(strstr(describe_text, "backward: "));
 
-    /* MQA 64:1, one token: 64 rows exceed the decode kernel's 16 */
+    /* MQA 64:1, one token: 64 rows in 4 row tiles of the decode kernel */
     fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1, 8192, 64, 1, 128);
     assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
-    assert_int_not_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
+    assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
     assert_non_null(strstr(describe(&plan), "64 query rows per kv head (64 heads x 1 tokens) "
-                                            "exceed its 16"));
+                                            "in 4 row tiles of 16"));
+
+    /* 17 query tokens: more than the decode kernel takes */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 17, 8192, 64, 1, 128);
+    assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
+    assert_int_not_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
+    assert_non_null(strstr(describe(&plan), "not the decode kernel: 17 query tokens exceed "
+                                            "its 16"));
 #if defined(FA2_WITH_SM90A)
     assert_non_null(strstr(describe_text, "the Hopper wgmma kernel"));
     assert_non_null(strstr(describe_text, "K and V suit TMA"));

@@ -77,11 +77,11 @@ struct DecodeEpilogue {
         }
     }
 
-    // Every real row's result, each thread 8 columns of one row at a time (after the
-    // stash: the caller's __syncthreads).
+    // Every real row's result (rows row0.. of the kv head), each thread 8 columns of
+    // one row at a time (after the stash: the caller's __syncthreads).
     __device__ __forceinline__ void store(const fa2_params_t &p, const Sequence &seq,
-                                          int m_real, int group, int kv_head, int split,
-                                          int tid) const
+                                          int row0, int m_real, int group, int kv_head,
+                                          int split, int tid) const
     {
         const int splits = p.splits;
         for (int u = tid; u < Tr::kRows * Tr::kDTiles; u += Tr::kThreads) {
@@ -92,7 +92,8 @@ struct DecodeEpilogue {
             // The sink joins the row's denominator once: here without splits, else in
             // the combine.
             if (p.sinks && splits == 1) {
-                const float sink = __ldg(p.sinks + decode_row(r, group, kv_head).head) * kLog2e;
+                const float sink =
+                    __ldg(p.sinks + decode_row(row0 + r, group, kv_head).head) * kLog2e;
                 if (sink != -INFINITY) {
                     const float new_top = fmaxf(top, sink);
                     const float f = top == -INFINITY ? 0.f : exp2_approx(top - new_top);
@@ -107,7 +108,7 @@ struct DecodeEpilogue {
             const float lse = empty ? -INFINITY : (top + log2f(total)) * 0.6931471805599453f;
 #pragma unroll
             for (int e = 0; e < 8; ++e) out[e] *= inv;
-            const DecodeRow row = decode_row(r, group, kv_head);
+            const DecodeRow row = decode_row(row0 + r, group, kv_head);
             if (splits == 1) {
                 Elem *dst = o_row<Elem>(p, seq, row.head, row.token) + col;
 #pragma unroll

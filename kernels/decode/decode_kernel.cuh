@@ -1,8 +1,9 @@
 // The decode kernel (mma.sync, sm_80 and newer): a few query tokens per sequence
-// against a long K/V. One thread block = one (sequence, kv head, split):
-//   - packed GQA: the query heads that share the kv head, times the query tokens (at
-//     most 16 rows: kRows), are the M rows of one mma tile, so each K/V byte is read
-//     once per kv head, not once per query head;
+// against a long K/V. One thread block = one (sequence, kv head, split, row tile):
+//   - packed GQA: the query heads that share the kv head, times the query tokens, are
+//     the kv head's rows (decode_row); 16 of them (kRows) are the M rows of one mma
+//     tile. A kv head of more rows has several row tiles, neighbours in the grid, so
+//     that they stream the same keys together (from L2 after the first);
 //   - split-KV: the sequence's keys are cut into splits ranges, one block each,
 //     so that a small batch still fills the GPU; the splits' results are merged by the
 //     combine kernel (decode_run.cuh);
@@ -40,12 +41,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     allow_dependent_launch();  // the combine kernel's blocks may wait on the free SMs
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int splits = p.splits;
-    const int split = static_cast<int>(blockIdx.x % splits);
-    const int kv_head = static_cast<int>(blockIdx.x / splits % p.heads_kv);
-    const int batch = static_cast<int>(blockIdx.x / splits / p.heads_kv);
     const int group = p.heads_q / p.heads_kv;
+    const int row_tiles = decode_row_tiles<Tr>(p);
+    const int row_tile = static_cast<int>(blockIdx.x % row_tiles);
+    const int split = static_cast<int>(blockIdx.x / row_tiles % splits);
+    const int kv_head = static_cast<int>(blockIdx.x / row_tiles / splits % p.heads_kv);
+    const int batch = static_cast<int>(blockIdx.x / row_tiles / splits / p.heads_kv);
     const Sequence seq = sequence<kMode>(p, batch);
-    const int m_real = group * seq.seqlen_q;  // <= kRows (the planner's condition)
+    // This block's rows: row0.. of the kv head's group * seqlen_q, m_real of them
+    const int row0 = row_tile * Tr::kRows;
+    const int m_real = max(0, min(Tr::kRows, group * seq.seqlen_q - row0));
 
     // The keys the sequence's tokens may see (bottom-right aligned): [lo, hi).
     const KeyWindow win{seq.seqlen_k - seq.seqlen_q, p.window_left, p.window_right,
@@ -68,7 +73,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     // Q: row r from its token and head (rows >= m_real zero-filled).
     for (int i = tid; i < Tr::kRows * Tr::kLoadChunks; i += Tr::kThreads) {
         const int r = i / Tr::kLoadChunks, chunk = i % Tr::kLoadChunks;
-        const DecodeRow row = decode_row(r, group, kv_head);
+        const DecodeRow row = decode_row(row0 + r, group, kv_head);
         const bool valid = r < m_real && chunk * 8 < p.head_dim;
         const Elem *src = valid ? q_row<Elem>(p, seq, row.head, row.token) + chunk * 8
                                 : static_cast<const Elem *>(p.q);
@@ -95,8 +100,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
 
     // A packed batch's checks (varlen_check.cuh): a failed sequence writes nothing.
     if constexpr (kMode != kDenseSeq) {
-        const int check = varlen_verdict<kMode, Tr::kThreads>(p, seq, kv_head == 0 && split == 0,
-                                                              tid);
+        const int check = varlen_verdict<kMode, Tr::kThreads>(
+            p, seq, kv_head == 0 && split == 0 && row_tile == 0, tid);
         if (check) {
             cp_async_wait<0>();
             return;
@@ -109,7 +114,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     zero(o);
     OnlineSoftmax<1> softmax;
     softmax.init();
-    const DecodeScores<Tr> scores(p, seq, group, kv_head, lane);
+    const DecodeScores<Tr> scores(p, seq, group, kv_head, row0, lane);
     const float score_log2 = scores.score_log2;
     for (int stage = 0; t < t_end; t += Tr::kWarps) {
         // The tile kStages - 1 rounds ahead, into the stage computed last round.
@@ -126,7 +131,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         zero(s);
         gemm_abt<Elem, Tr::kRowBytes, 1, Tr::kNTiles, Tr::kHeadDim / 16>(s, q_smem, k_buf(stage),
                                                                        lane);
-        scores.apply(s, lo + t * Tr::kKeys, hi, win, seq.seqlen_q, m_real, group, lane);
+        scores.apply(s, lo + t * Tr::kKeys, hi, win, seq.seqlen_q, row0, m_real, group, lane);
         // At most 8 real rows (GQA <= 8, one token): no exponentials for rows 8-15.
         if (m_real <= 8)
             softmax.template update<Tr::kNTiles, Tr::kDTiles, 1>(s, o, score_log2);
@@ -142,7 +147,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     __syncthreads();  // every warp is done with the K/V buffers
     epilogue.stash(o, softmax, score_log2, warp, lane);
     __syncthreads();
-    epilogue.store(p, seq, m_real, group, kv_head, split, tid);
+    epilogue.store(p, seq, row0, m_real, group, kv_head, split, tid);
 }
 
 }  // namespace fa2

@@ -1,7 +1,7 @@
 /* The decode kernel's compiled shape (kernels/decode/decode_kernel.cuh), read by the
  * planner (C) and the kernel: which head-dim buckets have it, how many rows (query
- * heads per kv head times query tokens) a block holds, keys per warp tile, shared
- * memory. */
+ * heads per kv head times query tokens) a block holds and how many tokens it takes,
+ * keys per warp tile, shared memory. */
 #ifndef FA2_DECODE_TILES_H
 #define FA2_DECODE_TILES_H
 
@@ -10,7 +10,11 @@
 /* X(head_dim_bucket) */
 #define FA2_DECODE_HEAD_DIMS(X) FA2_BUILT_D64(X(64)) FA2_BUILT_D128(X(128)) FA2_BUILT_D256(X(256))
 
-#define FA2_DECODE_ROWS 16  /* one mma row tile */
+#define FA2_DECODE_ROWS 16  /* one mma row tile: a block's rows */
+/* The most query tokens a sequence may have: a kv head's group x tokens rows are then
+ * at most `group` row tiles, each reading the keys once, where the prefill kernels read
+ * them once per query head. */
+#define FA2_DECODE_MAX_TOKENS 16
 #define FA2_DECODE_WARPS 4
 /* X(stages): the compiled pipeline depths (per warp, K and V tiles each), deepest
  * first; the planner takes the deepest whose shared memory fits the device (3: 196 KiB

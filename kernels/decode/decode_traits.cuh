@@ -1,6 +1,6 @@
 // The decode kernel's compile-time shape (from decode_tiles.h, which the planner reads
-// too) and its row numbering: a block's M rows are the query heads of one kv head
-// times the query tokens.
+// too) and its row numbering: a kv head's rows are its query heads times the query
+// tokens, kRows of them a block.
 #pragma once
 
 #include <stdint.h>
@@ -48,6 +48,14 @@ struct DecodeRow {
 __device__ __forceinline__ DecodeRow decode_row(int r, int group, int kv_head)
 {
     return {r / group, kv_head * group + r % group};
+}
+
+// Row tiles of kRows per kv head: the kv head's rows are group x the (largest)
+// seqlen_q.
+template <typename Tr>
+__host__ __device__ __forceinline__ int decode_row_tiles(const fa2_params_t &p)
+{
+    return (p.heads_q / p.heads_kv * p.seqlen_q + Tr::kRows - 1) / Tr::kRows;
 }
 
 // Row of the splits' accumulators for token `token` of sequence `s`.

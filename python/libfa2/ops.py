@@ -24,7 +24,7 @@ def forward(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, out=N
     one address per element; `lse` must be contiguous float32 on q's device. Checked
     before any C call: a refused call writes nothing. num_splits (as flash-attn's): 0
     lets the planner split each sequence's keys over blocks when the decode kernel runs
-    (a few query rows per kv head: docs/api.md "Decode"; the workspace is allocated
+    (at most 16 query tokens: docs/api.md "Decode"; the workspace is allocated
     here), 1 never splits, n at most n. softcap (0 = off), alibi_slopes and sinks
     (float32 [heads_q] on q's device): the score variants as include/fa2.h defines them;
     the LSE returned includes the sink. A repeated call signature (docs/ffi.md, "Repeated

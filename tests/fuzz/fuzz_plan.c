@@ -228,8 +228,8 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->block_n > 0 && pl->block_n % 16 == 0);
     CHECK(pl->warps >= 1 && pl->warps <= 32);
     CHECK(pl->smem_bytes > 0 && pl->smem_bytes <= dev->smem_per_block_optin);
-    /* the decode kernel: only for <= 16 rows of query heads per kv head x tokens, and
-     * splits only up to max_splits; its grid is one block per (sequence, kv head, split) */
+    /* the decode kernel: only for <= 16 query tokens, and splits only up to max_splits;
+     * its grid is one block per (sequence, kv head, split, row tile of 16) */
     CHECK(pl->splits >= 0);
     CHECK((pl->fwd_kernel == FA2_FWD_KERNEL_DECODE) == (pl->splits > 0));
     CHECK(pl->fwd_kernel >= FA2_FWD_KERNEL_MMA && pl->fwd_kernel <= FA2_FWD_KERNEL_DECODE);
@@ -240,10 +240,11 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->fwd_scores == FA2_SCORES_PLAIN || q->softcap != 0.0f || q->alibi);
     CHECK((pl->split_o_offset > 0) == (pl->splits > 1));
     CHECK(pl->split_o_offset <= pl->workspace_bytes);
-    CHECK(!pl->splits || q->heads_q / q->heads_kv * q->seqlen_q <= 16);
+    CHECK(!pl->splits || q->seqlen_q <= 16);
     CHECK(pl->splits <= (q->max_splits > 1 ? q->max_splits : 1));
     if (pl->splits)
-        CHECK(pl->grid_blocks == q->batch * q->heads_kv * pl->splits);
+        CHECK(pl->grid_blocks == q->batch * q->heads_kv * pl->splits *
+                                     ((q->heads_q / q->heads_kv * q->seqlen_q + 15) / 16));
     else
         CHECK(pl->grid_blocks == q->batch * q->heads_q * ceil_div(q->seqlen_q, pl->block_m));
     CHECK(pl->grid_blocks >= 1 && pl->grid_blocks <= INT32_MAX);

@@ -316,7 +316,7 @@ fi
         '^[0-9]+ shapes, '
     summary_lines ab-noise.log "noise:  this tree over a copy of itself:" '^[0-9]+ shapes, '
     summary_lines decode.log "decode: (TB/s of K+V read)" '^decode |graph replay|copy bandwidth'
-    summary_lines varlen.log "varlen: (TFLOP/s)" '^(varlen|equal|paged|decode) '
+    summary_lines varlen.log "varlen: (TFLOP/s)" '^(varlen|equal|paged|decode|mixed) '
     summary_lines combine.log "combine: (fa2_combine, fp32 parts to bf16)" '^combine '
     summary_lines variants.log "variants: (time over the plain plan's; with a baseline, speed over it)" \
         '^(variant|backward|forward) '

@@ -14,13 +14,19 @@
             alternating rounds (with --base-lib, the base build's paged calls too);
   decode    one query token per sequence over a paged cache (page 16): time and K/V
             read rate, and with --base-lib the same step on a second build, alternating
-            (what a change costs a decode step).
+            (what a change costs a decode step);
+  mixed     a serving step's batch in one call: 56 decode rows (one query token, 1..32k
+            keys) and 2 prefill chunks (2k queries over 8k cached keys), packed K/V:
+            libfa2's one varlen call against its two separate calls (the decode rows,
+            then the chunks; the sum of their times) and PyTorch's varlen kernel on the
+            same batch, alternating.
 
 Inputs are made with torch; times are medians of CUDA-event-timed calls (sdpa_compare's
 time_ms). Prints a table, optionally writes CSV.
 
     python3 bench/varlen_compare.py --lib build/libfa2.so [--csv out.csv] [--seed 0]
-        [--base-lib other/libfa2.so] [--pages 16,64] [--rows varlen,equal,paged,decode]
+        [--base-lib other/libfa2.so] [--pages 16,64]
+        [--rows varlen,equal,paged,decode,mixed]
 """
 import argparse
 import os
@@ -111,6 +117,75 @@ def decode_row(lib, base, batch, keys, page, dt):
                 base_us=us.get("base", ""), ratio=ratio)
 
 
+class Packed:
+    """A planned fa2_forward_varlen over packed Q and K/V of these (query, key) lengths
+    (causal, bottom-right aligned), max_splits splits allowed; called on its own
+    tensors."""
+
+    def __init__(self, lib, lens_q, lens_k, dt, q=None, k=None, v=None):
+        self.cu_q = torch.tensor([0] + [sum(lens_q[:i + 1]) for i in range(len(lens_q))],
+                                 dtype=torch.int32, device="cuda")
+        self.cu_k = torch.tensor([0] + [sum(lens_k[:i + 1]) for i in range(len(lens_k))],
+                                 dtype=torch.int32, device="cuda")
+        total_q, total_k = int(self.cu_q[-1]), int(self.cu_k[-1])
+        self.q = q if q is not None else torch.randn(total_q, HQ, D, device="cuda", dtype=dt)
+        self.k = k if k is not None else torch.randn(total_k, HKV, D, device="cuda", dtype=dt)
+        self.v = v if v is not None else torch.randn_like(self.k)
+        self.o = torch.empty_like(self.q)
+        self.max_q, self.max_k = max(lens_q), max(lens_k)
+        problem = fa2lib.make_varlen_problem(
+            dt, total_q, total_k, HQ, HKV, D, batch=len(lens_q), max_seqlen_q=self.max_q,
+            max_seqlen_k=self.max_k, causal=True, lib=lib)
+        if hasattr(problem, "max_splits"):
+            problem.max_splits = 64
+        self.plan = lib.plan(problem, torch.cuda.current_device())
+        self.workspace = torch.empty(max(self.plan.workspace_bytes, 16), dtype=torch.uint8,
+                                     device="cuda")
+
+    def __call__(self):
+        self.plan.forward_varlen(self.q, self.k, self.v, self.o, self.cu_q, self.cu_k, None,
+                                 None, None, self.workspace,
+                                 stream=torch.cuda.current_stream().cuda_stream)
+
+
+def visible_flops(lens_q, lens_k):
+    """Forward FLOPs of causal (bottom-right) attention: 4 * d per visible (query, key)
+    pair per head."""
+    pairs = sum(sum(k - q + i + 1 for i in range(q)) for q, k in zip(lens_q, lens_k))
+    return 4 * pairs * D * HQ
+
+
+def mixed_row(lib, rng, dt):
+    """One varlen call over 56 decode rows and 2 prefill chunks against the two separate
+    calls and PyTorch's varlen kernel (alternating rounds)."""
+    dec_k = [rng.randint(1, 32768) for _ in range(56)]
+    pre_q, pre_k = [2048, 2048], [8192 + 2048] * 2
+    lens_q, lens_k = [1] * 56 + pre_q, dec_k + pre_k
+    mixed = Packed(lib, lens_q, lens_k, dt)
+    nq = 56  # the decode rows' queries, then the chunks'
+    nk = sum(dec_k)
+    decode = Packed(lib, [1] * 56, dec_k, dt, mixed.q[:nq], mixed.k[:nk], mixed.v[:nk])
+    prefill = Packed(lib, pre_q, pre_k, dt, mixed.q[nq:], mixed.k[nk:], mixed.v[nk:])
+    cu_q, cu_k = mixed.cu_q, mixed.cu_k
+
+    def torch_call():
+        torch.ops.aten._flash_attention_forward(mixed.q, mixed.k, mixed.v, cu_q, cu_k,
+                                                mixed.max_q, mixed.max_k, 0.0, True, False)
+    calls = {"fa2": mixed, "decode": decode, "prefill": prefill, "torch": torch_call}
+    times = dict(zip(calls, alternate(list(calls.values()), [()], ROUNDS, 20)))
+    med = {k: statistics.median(t) for k, t in times.items()}
+    separate = med["decode"] + med["prefill"]
+    fl = visible_flops(lens_q, lens_k)
+    name = "mixed 56 decode rows + 2 chunks of 2k/10k"
+    print(f"{name:44} fa2 {med['fa2'] * 1e3:8.1f} us  separate {separate * 1e3:8.1f} us "
+          f"(decode {med['decode'] * 1e3:.1f} + prefill {med['prefill'] * 1e3:.1f})  torch "
+          f"{med['torch'] * 1e3:8.1f} us   separate/fa2 {separate / med['fa2']:5.3f}  "
+          f"torch/fa2 {med['torch'] / med['fa2']:5.3f}  (plan splits {mixed.plan.splits}, "
+          f"fa2 {fl / (med['fa2'] * 1e-3) / 1e12:.1f} TFLOP/s)", flush=True)
+    return dict(case=name, fa2_us=med["fa2"] * 1e3, separate_us=separate * 1e3,
+                torch_us=med["torch"] * 1e3, ratio=separate / med["fa2"])
+
+
 def torch_varlen(q, k, v, cu, max_len):
     return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, True,
                                                    False)
@@ -153,11 +228,11 @@ def main():
     ap.add_argument("--base-lib", help="a second libfa2.so timed against --lib on every row "
                     "(same binding: the structs must match)")
     ap.add_argument("--pages", default="16,64", help="page sizes of the paged rows")
-    ap.add_argument("--rows", default="varlen,equal,paged,decode",
+    ap.add_argument("--rows", default="varlen,equal,paged,decode,mixed",
                     help="which groups of rows to time (comma-separated)")
     args = ap.parse_args()
     groups = set(args.rows.split(","))
-    unknown = groups - {"varlen", "equal", "paged", "decode"}
+    unknown = groups - {"varlen", "equal", "paged", "decode", "mixed"}
     if unknown:
         ap.error(f"--rows: no such group {', '.join(sorted(unknown))}")
     lib = fa2lib.load_library(args.lib)
@@ -258,6 +333,9 @@ def main():
     decode = ((1, 8192), (16, 8192), (64, 4096)) if "decode" in groups else ()
     for batch, keys in decode:  # paged decode, page 16
         rows.append(decode_row(lib, base, batch, keys, 16, dt))
+
+    if "mixed" in groups:
+        rows.append(mixed_row(lib, rng, dt))
 
     if args.csv:
         write_csv(args.csv, rows)

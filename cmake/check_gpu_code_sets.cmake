@@ -4,7 +4,8 @@
 # mma.sync forward and fa2_combine come from one compute_80 PTX (sm_90 machine code
 # included) and the 3-stage decode from one compute_90 PTX; with a real target below
 # sm_90 in the 3-stage decode's set, or a list in another form, the units take their
-# targets as they are.
+# targets as they are. Then the units' grouping (FA2_KERNEL_UNITS): a unit per family
+# holds every bucket, a unit per bucket one.
 #   cmake -DSRC=<source dir> -DWORK=<scratch dir> -P check_gpu_code_sets.cmake
 # Without ninja it prints "SKIP:" (the test's skip pattern) and checks nothing.
 find_program(NINJA ninja)
@@ -13,12 +14,13 @@ if(NOT NINJA)
   return()
 endif()
 
-# unit_flags(archs var): build.ninja of a fresh configure for `archs`.
+# unit_flags(archs var [options...]): build.ninja of a fresh configure for `archs`
+# (head dim 128 unless the options say otherwise).
 function(unit_flags archs var)
   file(REMOVE_RECURSE ${WORK})
   execute_process(
     COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${WORK} -G Ninja "-DCMAKE_CUDA_ARCHITECTURES=${archs}"
-            -DFA2_HEAD_DIMS=128 -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF
+            -DFA2_HEAD_DIMS=128 -DFA2_BUILD_TESTS=OFF -DFA2_BUILD_BENCH=OFF ${ARGN}
     RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "configure for '${archs}' failed: ${err}")
@@ -67,4 +69,18 @@ expect("${n}" "80-real" fwd_d128 "arch=compute_80,code=[sm_80]" 1)
 unit_flags("80;90a" n)
 expect("${n}" "80;90a" fwd_d128 "code=[sm_90]" 0)
 expect("${n}" "80;90a" fwd_d128 "arch=compute_90a,code=[compute_90a,sm_90a]" 1)
+
+# The grouping: head dims 64 and 128 in one unit per family, or a unit each
+unit_flags("${default}" n "-DFA2_HEAD_DIMS=64\\;128" -DFA2_KERNEL_UNITS=family)
+expect("${n}" "family" fwd_d64_d128 "arch=compute_80,code=[sm_90]" 1)
+expect("${n}" "family" fwd_sm90_d64_d128 "arch=compute_90a,code=[sm_90a]" 1)
+expect("${n}" "family" decode_d64_d128_s3 "arch=compute_90,code=[sm_90]" 1)
+unit_flags("${default}" n "-DFA2_HEAD_DIMS=64\\;128" -DFA2_KERNEL_UNITS=bucket)
+expect("${n}" "bucket" fwd_d64 "arch=compute_80,code=[sm_90]" 1)
+expect("${n}" "bucket" fwd_d128 "arch=compute_80,code=[sm_90]" 1)
+expect("${n}" "bucket" decode_d64_s3 "arch=compute_90,code=[sm_90]" 1)
+string(FIND "${n}" "fwd_d64_d128" at)
+if(NOT at EQUAL -1)
+  message(FATAL_ERROR "FA2_KERNEL_UNITS=bucket: a unit holds two buckets")
+endif()
 file(REMOVE_RECURSE ${WORK})

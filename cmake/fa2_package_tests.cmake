@@ -10,7 +10,8 @@
 #   fa2_api_docs       (cpu) docs/api.md names every function, field and status of fa2.h
 #   fa2_wgmma_ops_generated (cpu) kernels/sm90/wgmma_ops.cuh is kernels/sm90/gen_wgmma.py's output
 #   fa2_gpu_code_sets  (cpu) the GPU code each kernel unit is compiled for, for several
-#                            architecture lists (configures only; needs ninja)
+#                            architecture lists, and the units' grouping
+#                            (FA2_KERNEL_UNITS) (configures only; needs ninja)
 # The Python tests run the system python3 on the build's libfa2.so (FA2_LIBRARY).
 add_test(NAME fa2_exports
   COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:fa2> -DSTATIC=$<TARGET_FILE:fa2_static>

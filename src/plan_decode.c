@@ -52,7 +52,7 @@ int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin)
 
 int64_t fa2_decode_row_tiles(const fa2_problem_t *pr)
 {
-    return (pr->heads_q / pr->heads_kv * pr->seqlen_q + FA2_DECODE_ROWS - 1) / FA2_DECODE_ROWS;
+    return FA2_DECODE_ROW_TILES(pr->heads_q / pr->heads_kv * pr->seqlen_q);
 }
 
 int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)

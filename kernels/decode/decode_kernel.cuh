@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int splits = p.splits;
     const int group = p.heads_q / p.heads_kv;
-    const int row_tiles = decode_row_tiles<Tr>(p);
+    const int row_tiles = decode_row_tiles(p);
     const int row_tile = static_cast<int>(blockIdx.x % row_tiles);
     const int split = static_cast<int>(blockIdx.x / row_tiles % splits);
     const int kv_head = static_cast<int>(blockIdx.x / row_tiles / splits % p.heads_kv);

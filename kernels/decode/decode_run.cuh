@@ -53,7 +53,7 @@ cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
     using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
     const int64_t grid =
-        static_cast<int64_t>(p.batch) * p.heads_kv * p.splits * decode_row_tiles<Tr>(p);
+        static_cast<int64_t>(p.batch) * p.heads_kv * p.splits * decode_row_tiles(p);
     const auto kernel = p.page_table ? decode_kernel<Tr, kPagedSeq>
                                      : decode_kernel<Tr, kDenseOrPackedSeq>;
     const cudaError_t err = launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);

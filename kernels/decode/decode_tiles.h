@@ -15,6 +15,8 @@
  * at most `group` row tiles, each reading the keys once, where the prefill kernels read
  * them once per query head. */
 #define FA2_DECODE_MAX_TOKENS 16
+/* A kv head's row tiles (blocks) for `rows` = query heads per kv head x seqlen_q */
+#define FA2_DECODE_ROW_TILES(rows) (((rows) + FA2_DECODE_ROWS - 1) / FA2_DECODE_ROWS)
 #define FA2_DECODE_WARPS 4
 /* X(stages): the compiled pipeline depths (per warp, K and V tiles each), deepest
  * first; the planner takes the deepest whose shared memory fits the device (3: 196 KiB

@@ -51,11 +51,10 @@ __device__ __forceinline__ DecodeRow decode_row(int r, int group, int kv_head)
 }
 
 // Row tiles of kRows per kv head: the kv head's rows are group x the (largest)
-// seqlen_q.
-template <typename Tr>
+// seqlen_q (the planner's count, decode_tiles.h).
 __host__ __device__ __forceinline__ int decode_row_tiles(const fa2_params_t &p)
 {
-    return (p.heads_q / p.heads_kv * p.seqlen_q + Tr::kRows - 1) / Tr::kRows;
+    return FA2_DECODE_ROW_TILES(p.heads_q / p.heads_kv * p.seqlen_q);
 }
 
 // Row of the splits' accumulators for token `token` of sequence `s`.

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Decode steps side by side on one GPU (the decode issue's acceptance figures): one
-query token per sequence against a contiguous KV cache, bf16, causal, libfa2 (its
+query token per sequence (or a few speculative ones) against a contiguous KV cache,
+bf16, causal, libfa2 (its
 decode kernel, key splits allowed) against PyTorch SDPA's flash and cuDNN backends.
 Rate = bytes of K and V read / time; the device-to-device copy bandwidth is measured in
 the same run as the yardstick. Each shape is timed as an engine runs it: one CUDA graph
 holds a decode step over several layers, each layer with its own K/V (together 4x the
 L2 cache, so every layer reads HBM), and the graph is replayed (median of event-timed
 replays, per layer). The first shape is also timed as one call replayed alone (its
-K/V then stays in L2) with its kernels' device times; two shapes also over a paged
+K/V then stays in L2) with its kernels' device times; three shapes also over a paged
 cache (pages of 16 and 64 keys) against contiguous K/V.
 
-    python3 bench/decode_compare.py --lib build/libfa2.so [--csv out.csv]
+    python3 bench/decode_compare.py --lib build/libfa2.so [--base-lib other/libfa2.so]
+        [--csv out.csv]
+
+With --base-lib, a second build's decode step is timed beside (column "base").
 """
 import argparse
 import os
@@ -22,12 +26,14 @@ from torch.nn.attention import SDPBackend
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sdpa_compare import fa2lib, sdpa, time_ms, write_csv  # noqa: E402
 
-# (batch, keys, heads_q, heads_kv, head_dim): the issue's table, then its other head dims
-# and GQA ratios, then groups past a block's 16 rows (MQA 64:1, a group of 128)
-SHAPES = [(1, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (16, 8192, 32, 8, 128),
-          (64, 4096, 32, 8, 128), (8, 16384, 32, 32, 128), (16, 8192, 32, 8, 64),
-          (16, 8192, 32, 8, 256), (16, 8192, 32, 32, 128), (16, 8192, 32, 2, 128),
-          (16, 8192, 64, 1, 128), (1, 131072, 64, 1, 128), (8, 8192, 128, 1, 128)]
+# (batch, keys, heads_q, heads_kv, head_dim, query tokens): the issue's table, then its
+# other head dims and GQA ratios, then more than 16 rows per kv head (MQA 64:1, a group
+# of 128, GQA 64:8 with 4 speculative tokens)
+SHAPES = [(1, 8192, 32, 8, 128, 1), (1, 131072, 32, 8, 128, 1), (16, 8192, 32, 8, 128, 1),
+          (64, 4096, 32, 8, 128, 1), (8, 16384, 32, 32, 128, 1), (16, 8192, 32, 8, 64, 1),
+          (16, 8192, 32, 8, 256, 1), (16, 8192, 32, 32, 128, 1), (16, 8192, 32, 2, 128, 1),
+          (16, 8192, 64, 1, 128, 1), (1, 131072, 64, 1, 128, 1), (8, 8192, 128, 1, 128, 1),
+          (4, 16384, 64, 8, 128, 4)]
 
 
 def copy_bandwidth():
@@ -114,11 +120,11 @@ def layer_count(kv_bytes):
     return min(8, max(2, -(-4 * l2 // kv_bytes)))
 
 
-def make_layers(b, sk, hq, hkv, d):
+def make_layers(b, sk, hq, hkv, d, tokens=1):
     """Random (Q, K, V, O) of one decode step for each of layer_count() layers."""
     layers = []
     for _ in range(layer_count(2 * b * sk * hkv * d * 2)):
-        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(b, tokens, hq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
         layers.append((q, k, torch.randn_like(k), torch.empty_like(q)))
     return layers
@@ -153,20 +159,25 @@ def kernel_us(fn, args, replays=50):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", required=True)
+    ap.add_argument("--base-lib", help="a second libfa2.so timed beside --lib")
     ap.add_argument("--csv")
     args = ap.parse_args()
     lib = fa2lib.load_library(args.lib)
+    base_lib = fa2lib.load_library(args.base_lib) if args.base_lib else None
     torch.manual_seed(0)
     copy = copy_bandwidth()
-    print(f"libfa2 {lib.build_info()}; bf16 causal, one query token; copy bandwidth "
-          f"{copy:.2f} TB/s; rates in TB/s of K+V read")
+    print(f"libfa2 {lib.build_info()}; bf16 causal (the peers: no mask, the same work "
+          f"but for the last tokens' few keys); copy bandwidth {copy:.2f} TB/s; rates in "
+          f"TB/s of K+V read")
     rows = []
-    for i, (b, sk, hq, hkv, d) in enumerate(SHAPES):
+    for i, (b, sk, hq, hkv, d, tokens) in enumerate(SHAPES):
         kv_bytes = 2 * b * sk * hkv * d * 2
-        layers = make_layers(b, sk, hq, hkv, d)
+        layers = make_layers(b, sk, hq, hkv, d, tokens)
         fa2 = Fa2Decode(lib, layers[0][0], layers[0][1])
         runs = {"fa2": fa2, "flash": sdpa(SDPBackend.FLASH_ATTENTION, False, True),
                 "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, False, True)}
+        if base_lib:
+            runs["base"] = Fa2Decode(base_lib, layers[0][0], layers[0][1])
         rate, alone = {}, {}
         for name, fn in runs.items():
             try:
@@ -176,12 +187,14 @@ def main():
             except RuntimeError as e:
                 print(f"  {name} unavailable: {str(e).splitlines()[0]}")
                 rate[name] = alone[name] = float("nan")
-        line = (f"decode {b} x {sk:6d} GQA {hq}:{hkv} d={d:3d} splits="
+        line = (f"decode {b} x {sk:6d} GQA {hq}:{hkv} d={d:3d} tokens={tokens} splits="
                 f"{fa2.plan.splits:2d} layers={len(layers)}  fa2 {rate['fa2']:.2f}  "
                 f"flash {rate['flash']:.2f}  cudnn {rate['cudnn']:.2f}  fa2/copy "
                 f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}  "
-                f"fa2/flash {rate['fa2'] / rate['flash']:.2f}")
-        row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
+                f"fa2/flash {rate['fa2'] / rate['flash']:.2f}" +
+                (f"  base {rate['base']:.2f}  fa2/base {rate['fa2'] / rate['base']:.3f}"
+                 if base_lib else ""))
+        row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d, tokens=tokens,
                    splits=fa2.plan.splits, layers=len(layers), copy=copy, **rate,
                    **{f"alone_{n}": x for n, x in alone.items()})
         if i == 0:  # one call replayed alone, and where the time of such a step goes
@@ -199,7 +212,7 @@ def main():
         print(line, flush=True)
         rows.append(row)
         del layers, runs, fa2
-    for b, sk, hq, hkv, d in (SHAPES[2], SHAPES[3]):  # paged against contiguous
+    for b, sk, hq, hkv, d, _ in (SHAPES[2], SHAPES[3], SHAPES[9]):  # paged, contiguous
         kv_bytes = 2 * b * sk * hkv * d * 2
         layers = make_layers(b, sk, hq, hkv, d)
         dense = Fa2Decode(lib, layers[0][0], layers[0][1])

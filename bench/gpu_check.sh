@@ -37,7 +37,8 @@
 #                    with FA2_BASELINE those A/B against the baseline); varlen.log;
 #   FA2_VARLEN_ARGS  its extra arguments, e.g. "--pages 16,32,64"
 #   FA2_DECODE=1     also run bench/decode_compare.py (decode steps against SDPA flash and
-#                    cuDNN, and the copy bandwidth); decode.log
+#                    cuDNN, and the copy bandwidth; with FA2_BASELINE also the baseline's
+#                    step); decode.log
 #   FA2_COMBINE=1    also run bench/combine_compare.py (fa2_combine on engine-like shapes;
 #                    with FA2_BASELINE, A/B against the baseline); combine.log
 #   FA2_VARIANTS=1   also run bench/variants_compare.py (each score variant's forward
@@ -220,7 +221,7 @@ fi
 if [ "${FA2_DECODE:-0}" = 1 ]; then
     : >"$OUT/decode.log"
     run_step decode "$OUT/decode.log" python3 bench/decode_compare.py --lib "$BUILD/libfa2.so" \
-        --csv "$OUT/decode.csv"
+        --csv "$OUT/decode.csv" $([ -n "${FA2_BASELINE:-}" ] && echo --base-lib build-baseline/libfa2.so)
 fi
 
 if [ "${FA2_VARLEN:-0}" = 1 ]; then

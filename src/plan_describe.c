@@ -92,10 +92,12 @@ static void add_decode_reason(line_t *line, const fa2_plan_t *plan, int32_t why)
     const long long tokens = (long long)pr->seqlen_q;
     switch (why) {
     case FA2_DECODE_WHY_FITS: {
-        const long long tiles = (long long)fa2_decode_row_tiles(pr);
-        add(line, "%lld query rows per kv head (%lld heads x %lld tokens) in %lld row "
-                  "tile%s of %d, each reading the keys once",
-            group * tokens, group, tokens, tiles, tiles == 1 ? "" : "s", FA2_DECODE_ROWS);
+        const long long warps = (long long)fa2_decode_row_warps(pr);
+        const long long blocks = (long long)fa2_decode_row_blocks(pr);
+        add(line, "%lld query rows per kv head (%lld heads x %lld tokens) in %lld block%s of "
+                  "%lld row tile%s of %d, each block reading the keys once",
+            group * tokens, group, tokens, blocks, blocks == 1 ? "" : "s", warps,
+            warps == 1 ? "" : "s", FA2_DECODE_ROWS);
         break;
     }
     case FA2_DECODE_WHY_TOKENS:
@@ -108,7 +110,8 @@ static void add_decode_reason(line_t *line, const fa2_plan_t *plan, int32_t why)
         break;
     case FA2_DECODE_WHY_SMEM: {
         int64_t least = 0;
-#define FA2_DECODE_LEAST(n) least = FA2_DECODE_SMEM_BYTES(plan->head_dim_bucket, n);
+#define FA2_DECODE_LEAST(n) \
+    least = FA2_DECODE_SMEM_BYTES(plan->head_dim_bucket, n, fa2_decode_row_warps(pr));
         FA2_DECODE_STAGE_COUNTS(FA2_DECODE_LEAST) /* deepest first: the last is the least */
 #undef FA2_DECODE_LEAST
         add(line, "not the decode kernel: its %lld KiB of shared memory exceed the device's "

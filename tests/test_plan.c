@@ -402,24 +402,28 @@ static void check_plan(const fa2_problem_t *p, const fa2_device_info_t *d,
     assert_true(pl->block_m >= 16 && pl->block_m % 16 == 0);
     assert_true(pl->block_n >= 16 && pl->block_n % 16 == 0);
     assert_int_equal(pl->fwd_arch, t->arch);
-    /* The decode kernel: exactly for its buckets, at most 16 query tokens (16 rows of
-     * query heads per kv head times tokens a block), when its shared memory fits; splits
-     * only when allowed. */
+    /* The decode kernel: exactly for its buckets, at most 16 query tokens, when its
+     * shared memory fits; splits only when allowed. A kv head's rows (query heads per
+     * kv head x tokens) in blocks of 1, 2 or 4 row tiles of 16. */
     const int decode_bucket = bucket == 64 || bucket == 128 || bucket == 256;
-    const int64_t row_tiles = (p->heads_q / p->heads_kv * p->seqlen_q + 15) / 16;
+    const int64_t rows = p->heads_q / p->heads_kv * p->seqlen_q;
+    const int64_t row_warps = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
+    const int64_t row_blocks = (rows + 16 * row_warps - 1) / (16 * row_warps);
     const int64_t row_bytes = (bucket + 63) / 64 * 64 * 2, keys = bucket >= 256 ? 16 : bucket >= 128 ? 32 : 64;
-    /* Q, then 4 warps x 3 stages x (K, V) where that fits, else 2 stages */
-    const int64_t deep_smem = 16 * row_bytes + 4 * 3 * 2 * keys * row_bytes;
+    /* Q, then 4 warps x 3 stages of slots (K, V and two 8-byte mbarriers) where that
+     * fits, else 2 stages */
+    const int64_t q_smem = 16 * row_warps * row_bytes;
+    const int64_t deep_smem = q_smem + 4 * 3 * (2 * keys * row_bytes + 16);
     const int64_t decode_smem = deep_smem <= d->smem_per_block_optin
                                     ? deep_smem
-                                    : 16 * row_bytes + 4 * 2 * 2 * keys * row_bytes;
+                                    : q_smem + 4 * 2 * (2 * keys * row_bytes + 16);
     const int decode = decode_bucket && p->seqlen_q <= 16 &&
                        decode_smem <= d->smem_per_block_optin;
     assert_int_equal(pl->splits > 0, decode);
     assert_true(pl->splits <= (p->max_splits > 1 ? p->max_splits : 1));
     if (decode) {
         assert_int_equal(pl->smem_bytes, decode_smem);
-        assert_int_equal(pl->grid_blocks, p->batch * p->heads_kv * row_tiles * pl->splits);
+        assert_int_equal(pl->grid_blocks, p->batch * p->heads_kv * row_blocks * pl->splits);
     } else {
         assert_int_equal(pl->smem_bytes, t->smem);
         /* Q (Br rows) + K double buffer + V (Bc rows each), rows of >= d 2-byte values. */
@@ -816,7 +820,7 @@ static void test_splits(void **state)
     other.sm_count = 108;
     other.smem_per_sm = 167936;
     assert_int_equal(fa2_plan(&p, &other, &pl), FA2_SUCCESS);
-    assert_int_equal(pl.smem_bytes, 16 * 256 + 4 * 2 * 2 * 32 * 256);
+    assert_int_equal(pl.smem_bytes, 16 * 256 + 4 * 2 * (2 * 32 * 256 + 16));
     assert_int_equal(pl.decode_stages, 2);
     assert_int_equal(pl.splits, 13);
     other = device80(101376); /* 99 KiB: no depth fits, the prefill kernels */
@@ -1151,16 +1155,29 @@ static void test_plan_describe(void **state)
     assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
     assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
     assert_non_null(strstr(describe(&plan), "forward: the decode kernel"));
-    assert_non_null(strstr(describe_text, "4 query rows per kv head (4 heads x 1 tokens) in 1 row "
-                                          "tile of 16"));
+    assert_non_null(strstr(describe_text, "4 query rows per kv head (4 heads x 1 tokens) in 1 "
+                                          "block of 1 row tile of 16, each block reading the "
+                                          "keys once"));
     assert_non_null(strstr(describe_text, "backward: "));
 
-    /* MQA 64:1, one token: 64 rows in 4 row tiles of the decode kernel */
+    /* MQA 64:1, one token: 64 rows, one block of 4 row warps */
     fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 1, 8192, 64, 1, 128);
     assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
     assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
     assert_non_null(strstr(describe(&plan), "64 query rows per kv head (64 heads x 1 tokens) "
-                                            "in 4 row tiles of 16"));
+                                            "in 1 block of 4 row tiles of 16"));
+    /* group 128 with 2 tokens: 256 rows, 4 blocks of 4 row warps each */
+    fa2_problem_init(&p, FA2_DTYPE_BF16, 3, 2, 8192, 128, 1, 128);
+    assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.fwd_kernel, FA2_FWD_KERNEL_DECODE);
+    assert_int_equal(plan.grid_blocks, 3 * 4 * plan.splits);
+    assert_non_null(strstr(describe(&plan), "256 query rows per kv head (128 heads x 2 tokens) "
+                                            "in 4 blocks of 4 row tiles of 16"));
+    /* GQA 8 x 3 speculative tokens: 24 rows, one block of 2 row warps (two key streams) */
+    fa2_problem_init(&p, FA2_DTYPE_FP16, 2, 3, 4096, 32, 4, 64);
+    assert_int_equal(fa2_plan(&p, &h200, &plan), FA2_SUCCESS);
+    assert_int_equal(plan.smem_bytes, 2 * 16 * 128 + 12 * (2 * 64 * 128 + 16));
+    assert_non_null(strstr(describe(&plan), "in 1 block of 2 row tiles of 16"));
 
     /* 17 query tokens: more than the decode kernel takes */
     fa2_problem_init(&p, FA2_DTYPE_BF16, 1, 17, 8192, 64, 1, 128);

@@ -1,6 +1,6 @@
 // The decode kernel's compile-time shape (from decode_tiles.h, which the planner reads
-// too) and its row numbering: a kv head's rows are its query heads times the query
-// tokens, kRows of them a block.
+// too), its block's run-time shape (row warps, key streams) and its row numbering: a
+// kv head's rows are its query heads times the query tokens.
 #pragma once
 
 #include <stdint.h>
@@ -18,7 +18,7 @@ struct DecodeTraits {
     static constexpr int kWarps = FA2_DECODE_WARPS;
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = FA2_DECODE_ROWS;
-    static constexpr int kKeys = FA2_DECODE_KEYS(kHeadDim);  // keys per warp tile
+    static constexpr int kKeys = FA2_DECODE_KEYS(kHeadDim);  // keys per tile
     static constexpr int kStages = kStages_;
     static constexpr int kRowBytes = FA2_DECODE_ROW_BYTES(kHeadDim);
     static constexpr int kLoadChunks = kHeadDim / 8;
@@ -26,20 +26,28 @@ struct DecodeTraits {
     static constexpr int kPagedParts = kKeys / kPagedRows;
     static constexpr int kNTiles = kKeys / 8;
     static constexpr int kDTiles = kHeadDim / 8;
-    static constexpr int kQBytes = kRows * kRowBytes;
-    static constexpr int kTileBytes = kKeys * kRowBytes;         // one K or V tile
-    static constexpr int kWarpBytes = kStages * 2 * kTileBytes;  // a warp's buffers
-    static constexpr int kSmemBytes = FA2_DECODE_SMEM_BYTES(kHeadDim, kStages);
-    // After the loop the warps' O (fp32) and row statistics reuse the K/V buffers.
+    static constexpr int kTileBytes = kKeys * kRowBytes;  // one K or V tile
+    static constexpr int kSlots = FA2_DECODE_SLOTS(kStages);
+    static constexpr int kSlotBytes = 2 * kTileBytes;  // a slot: a K tile, then a V tile
+    // After the loop the warps' O (fp32) and row statistics reuse the K/V slots.
     static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
-    static_assert(kSmemBytes == kQBytes + kWarps * kWarpBytes, "the planner's size");
-    static_assert(kMergeBytes <= kWarps * kWarpBytes, "the merge fits the K/V space");
+    static_assert(kMergeBytes <= kSlots * kSlotBytes, "the merge fits the K/V space");
+    // Shared memory: Q's rows (row_warps row tiles), the slots, their mbarriers
+    static constexpr __host__ __device__ int q_bytes(int row_warps)
+    {
+        return row_warps * kRows * kRowBytes;
+    }
+    static constexpr __host__ __device__ int smem_bytes(int row_warps)
+    {
+        return FA2_DECODE_SMEM_BYTES(kHeadDim, kStages, row_warps);
+    }
+    static_assert(smem_bytes(1) == q_bytes(1) + kSlots * (kSlotBytes + 16), "the planner's size");
     static_assert(kRows == 16, "one mma row tile");
     static_assert(kStages >= 2, "a tile in flight while one is computed");
     static_assert(kKeys % 16 == 0 && kHeadDim % 16 == 0, "k16 steps");
 };
 
-// Row r of the block's M rows: query token r / group of query head kv_head * group +
+// Row r of a kv head's rows: query token r / group of query head kv_head * group +
 // r % group.
 struct DecodeRow {
     int token, head;
@@ -50,12 +58,22 @@ __device__ __forceinline__ DecodeRow decode_row(int r, int group, int kv_head)
     return {r / group, kv_head * group + r % group};
 }
 
-// Row tiles of kRows per kv head: the kv head's rows are group x the (largest)
-// seqlen_q (the planner's count, decode_tiles.h).
-__host__ __device__ __forceinline__ int decode_row_tiles(const fa2_params_t &p)
-{
-    return FA2_DECODE_ROW_TILES(p.heads_q / p.heads_kv * p.seqlen_q);
-}
+// How a block's warps share the work (decode_tiles.h, as the planner counts it): a kv
+// head's rows in row_blocks blocks of row_warps row tiles; the block's warps in
+// key streams of row_warps warps (warp = stream * row_warps + row_warp). The warps of
+// a stream compute each of its key tiles, every other tile of the stream's one ring of
+// kStages * row_warps slots; the streams take key tiles in turn.
+struct DecodeBlockShape {
+    int row_warps, row_blocks, streams;
+
+    __host__ __device__ __forceinline__ explicit DecodeBlockShape(const fa2_params_t &p)
+    {
+        const int rows = p.heads_q / p.heads_kv * p.seqlen_q;
+        row_warps = FA2_DECODE_ROW_WARPS(rows);
+        row_blocks = FA2_DECODE_ROW_BLOCKS(rows);
+        streams = FA2_DECODE_WARPS / row_warps;
+    }
+};
 
 // Row of the splits' accumulators for token `token` of sequence `s`.
 __device__ __forceinline__ int64_t accum_row(const fa2_params_t &p, const Sequence &s,

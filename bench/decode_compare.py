@@ -36,6 +36,15 @@ SHAPES = [(1, 8192, 32, 8, 128, 1), (1, 131072, 32, 8, 128, 1), (16, 8192, 32, 8
           (4, 16384, 64, 8, 128, 4)]
 
 
+def consumer_device(lib):
+    """This GPU's record as a 99 KiB device's (sm_89, e.g. an RTX 4090): its plans run
+    here."""
+    info = lib.device_info(torch.cuda.current_device())
+    info.cc_major, info.cc_minor = 8, 9
+    info.smem_per_block_optin, info.smem_per_sm = 101376, 102400
+    return info
+
+
 def copy_bandwidth():
     """Device-to-device copy rate (read + write bytes / time) of a 2 GiB buffer."""
     a = torch.empty(1 << 30, dtype=torch.int16, device="cuda")
@@ -47,10 +56,11 @@ def copy_bandwidth():
 class Fa2Decode:
     """A planned libfa2 forward for one decode step (max_splits 64) with its workspace."""
 
-    def __init__(self, lib, q, k):
+    def __init__(self, lib, q, k, device=None):
         problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=True, lib=lib)
         problem.max_splits = 64
-        self.plan = lib.plan(problem, torch.cuda.current_device())
+        self.plan = lib.plan(problem, device if device is not None
+                             else torch.cuda.current_device())
         self.ws = torch.empty(max(self.plan.workspace_bytes, 16), dtype=torch.uint8,
                               device="cuda")
 
@@ -178,6 +188,8 @@ def main():
                 "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, False, True)}
         if base_lib:
             runs["base"] = Fa2Decode(base_lib, layers[0][0], layers[0][1])
+        if (b, sk, hq, hkv, d) == (16, 8192, 32, 8, 128):  # also planned for 99 KiB
+            runs["fa2_99k"] = Fa2Decode(lib, layers[0][0], layers[0][1], consumer_device(lib))
         rate, alone = {}, {}
         for name, fn in runs.items():
             try:
@@ -193,7 +205,10 @@ def main():
                 f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}  "
                 f"fa2/flash {rate['fa2'] / rate['flash']:.2f}" +
                 (f"  base {rate['base']:.2f}  fa2/base {rate['fa2'] / rate['base']:.3f}"
-                 if base_lib else ""))
+                 if base_lib else "") +
+                (f"\n  (planned for a 99 KiB device: fa2 {rate['fa2_99k']:.2f}, fa2/copy "
+                 f"{rate['fa2_99k'] / copy:.2f}, {runs['fa2_99k'].plan.decode_stages} stage, "
+                 f"{runs['fa2_99k'].plan.splits} splits)" if "fa2_99k" in rate else ""))
         row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d, tokens=tokens,
                    splits=fa2.plan.splits, layers=len(layers), copy=copy, **rate,
                    **{f"alone_{n}": x for n, x in alone.items()})

@@ -42,11 +42,9 @@ static double wave_efficiency(int64_t blocks, int64_t wave)
 
 int32_t fa2_decode_stages(int64_t bucket, int64_t row_warps, int64_t smem_per_block_optin)
 {
-#define FA2_DECODE_FITS(n)                                                        \
-    if (FA2_DECODE_SMEM_BYTES(bucket, n, row_warps) <= smem_per_block_optin) \
-        return n;
-    FA2_DECODE_STAGE_COUNTS(FA2_DECODE_FITS) /* deepest first */
-#undef FA2_DECODE_FITS
+    for (int32_t n = FA2_DECODE_MAX_STAGES; n >= 1; n--) /* the deepest that fits */
+        if (FA2_DECODE_SMEM_BYTES(bucket, n, row_warps) <= smem_per_block_optin)
+            return n;
     return 0;
 }
 

@@ -3,11 +3,11 @@
  * Dense cases: 1 to 16 query tokens, GQA groups 1, 2, 4, 8, 16 and MQA up to 128 query
  * heads (a kv head's rows in blocks of 1, 2 or 4 row tiles of 16, several blocks past
  * 64 rows, warps without rows), head dims 64, 128 and 256, batch 1 to 64, key counts
- * 0, 1, 17, 300, 1000 to 128k, causal and
- * windows, with and without key splits (plan->splits checked: the decode kernel
- * runs, and splits where the case asks for them), planned for this device and again
- * for an A100's record (the two-stage pipeline), and with the score variants (softcap,
- * ALiBi, sinks) through fa2_forward_with. Split and unsplit runs of one problem equally
+ * 0, 1, 17, 300, 1000 to 128k, causal and windows, with and without key splits
+ * (plan->splits checked: the decode kernel runs, and splits where the case asks for
+ * them), planned for this device and again for an A100's record (two stages a warp)
+ * and a 99 KiB device's (one stage), and with the score variants (softcap, ALiBi,
+ * sinks) through fa2_forward_with. Split and unsplit runs of one problem equally
  * far from the oracle; FA2_MAX_SEQLEN keys in FA2_MAX_SPLITS splits. Then packed and
  * paged batches of decode rows with splits (pages of 16 and 64), sequence by sequence,
  * an empty sequence included. Then batch-invariant mode: a sequence's step alone and
@@ -204,6 +204,22 @@ static void test_decode_a100_record(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
         if (g_only < 0 || g_only == (long)(200 + i))
             failed += !run_case((long)(200 + i), &cases[i], &a100, NULL);
+    printf("%ld of %zu cases failed (seed %" PRIu64 ")\n", failed, sizeof cases / sizeof cases[0],
+           g_seed);
+    assert_int_equal(failed, 0);
+}
+
+/* The same cases planned for a 99 KiB device's record (sm_89, RTX 30xx/40xx: one stage
+ * a warp) and run here. */
+static void test_decode_99k_record(void **state)
+{
+    (void)state;
+    const fa2_device_info_t rtx = consumer_device_info(&g_info);
+    long failed = 0;
+    printf("planned for sm_89 with 101376 bytes of shared memory per block:\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        if (g_only < 0 || g_only == (long)(400 + i))
+            failed += !run_case((long)(400 + i), &cases[i], &rtx, NULL);
     printf("%ld of %zu cases failed (seed %" PRIu64 ")\n", failed, sizeof cases / sizeof cases[0],
            g_seed);
     assert_int_equal(failed, 0);
@@ -555,6 +571,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_dense),
         cmocka_unit_test(test_decode_a100_record),
+        cmocka_unit_test(test_decode_99k_record),
         cmocka_unit_test(test_decode_scored),
         cmocka_unit_test(test_decode_varlen),
         cmocka_unit_test(test_split_agrees),

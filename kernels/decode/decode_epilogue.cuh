@@ -1,6 +1,6 @@
 // The decode kernel's end: each warp holds an unnormalized O and its rows' (max, sum)
-// over its key stream's tiles. A row's streams are merged through shared memory (the
-// K/V slots, free by then); each row's result goes to O and the LSE, or, with splits,
+// over its key stream's tiles. A row's streams are merged through shared memory (Q's
+// and the K/V slots' space, free by then); each row's result goes to O and the LSE, or, with splits,
 // to the split's slot of the fp32 workspace for the combine.
 #pragma once
 
@@ -22,7 +22,7 @@ struct DecodeEpilogue {
     int row_warps;      // warp = stream * row_warps + row tile
 
     __device__ __forceinline__ DecodeEpilogue(uint8_t *smem, int row_warps_)
-        : merge_o(reinterpret_cast<float *>(smem + Tr::q_bytes(row_warps_))),
+        : merge_o(reinterpret_cast<float *>(smem)),
           merge_stat(merge_o + Tr::kWarps * Tr::kRows * Tr::kHeadDim),
           row_warps(row_warps_)
     {

@@ -76,42 +76,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     const int n = t_end > t_first ? (t_end - t_first + shape.streams - 1) / shape.streams : 0;
     auto tile = [&](int i) { return t_first + i * shape.streams; };
 
-    const uint32_t q_smem = smem_addr(smem);
-    const uint32_t slots_smem = q_smem + Tr::q_bytes(shape.row_warps);
-    const uint32_t bars_smem = slots_smem + Tr::kSlots * Tr::kSlotBytes;
-    const int depth = Tr::kStages * shape.row_warps;
-    const DecodeRing<Tr> ring{slots_smem + stream * depth * Tr::kSlotBytes,
-                              bars_smem + stream * depth * 8};
-    DecodeRing<Tr>::init(bars_smem, shape.row_warps, tid);
+    const int stages = p.decode_stages, depth = stages * shape.row_warps;
+    const DecodeSmem<Tr> sm(smem_addr(smem), stages, shape.row_warps);
+    const DecodeRing<Tr> ring = sm.ring(stream, depth);
+    sm.init(shape.row_warps, tid);
+    __syncthreads();  // the mbarriers
 
-    // Q: row r from its token and head (rows >= block_real zero-filled).
+    // Q: row r from its token and head (rows >= block_real zero-filled); first, so that
+    // its mbarrier counts only Q's copies.
     for (int i = tid; i < shape.row_warps * Tr::kRows * Tr::kLoadChunks; i += Tr::kThreads) {
         const int r = i / Tr::kLoadChunks, chunk = i % Tr::kLoadChunks;
         const DecodeRow row = decode_row(block_row0 + r, group, kv_head);
         const bool valid = r < block_real && chunk * 8 < p.head_dim;
         const Elem *src = valid ? q_row<Elem>(p, seq, row.head, row.token) + chunk * 8
                                 : static_cast<const Elem *>(p.q);
-        cp_async_16(q_smem + swizzled<Tr::kRowBytes>(r, chunk), src, valid);
+        cp_async_16(sm.q + swizzled<Tr::kRowBytes>(r, chunk), src, valid);
     }
-    cp_async_commit();
-    __syncthreads();  // the mbarriers
+    cp_async_arrive_noinc(sm.q_loaded);
 
     using Loader = DecodeKvLoader<Tr, kMode>;
     const Loader kv{p, seq, kv_head, lo, hi, lane};
-    // Prologue: this warp's first kStages tiles (rw, rw + row_warps, ...), one commit
-    // group each, empty past n, so that the wait for Q below counts groups alike.
+    // Prologue: this warp's first `stages` tiles (rw, rw + row_warps, ...).
     typename Loader::Pages pages{};
     if constexpr (kMode == kPagedSeq)
         if (rw < n) pages = kv.fetch_pages(tile(rw));
-#pragma unroll
-    for (int j = 0; j < Tr::kStages; ++j) {
-        const int i = rw + j * shape.row_warps;
+    for (int i = rw; i < min(n, depth); i += shape.row_warps) {
         const RingPos at{i, 0};
-        if (i < n) {
-            kv.load(tile(i), ring.k_buf(at), ring.v_buf(at), pages);
-            cp_async_arrive_noinc(ring.full(at));
-        }
-        cp_async_commit();
+        kv.load(tile(i), ring.k_buf(at), ring.v_buf(at), pages);
+        ring.loaded(at);
         if constexpr (kMode == kPagedSeq)
             if (i + shape.row_warps < n) pages = kv.fetch_pages(tile(i + shape.row_warps));
     }
@@ -121,13 +113,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
         const int check = varlen_verdict<kMode, Tr::kThreads>(
             p, seq, kv_head == 0 && split == 0 && row_block == 0, tid);
         if (check) {  // the copies land, and their arrivals, before the block leaves
+            mbarrier_wait(sm.q_loaded, 0);
             for (int i = rw; i < min(n, depth); i += shape.row_warps)
                 ring.wait_full(RingPos{i, 0});
             return;
         }
     }
-    cp_async_wait<Tr::kStages>();  // Q (this thread's copies)
-    __syncthreads();               // ...and everyone's
+    mbarrier_wait(sm.q_loaded, 0);  // every thread's copies of Q
 
     float o[1][Tr::kDTiles][4];
     zero(o);
@@ -135,7 +127,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     softmax.init();
     const DecodeScores<Tr> scores(p, seq, group, kv_head, row0, lane);
     const float score_log2 = scores.score_log2;
-    const uint32_t q_warp = q_smem + Tr::q_bytes(rw);
+    const uint32_t q_warp = sm.q + Tr::q_bytes(rw);
     RingPos at{0, 0}, last{depth - 1, 1};  // tile i's place, tile i - 1's
     for (int i = 0; i < n; ++i) {
         // Refill the slot of tile i - 1, if this warp loads it, with tile i - 1 + depth.
@@ -171,7 +163,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     }
     cp_async_wait<0>();
 
-    const DecodeEpilogue<Tr> epilogue(smem, shape.row_warps);
+    const DecodeEpilogue<Tr> epilogue(smem, shape.row_warps);  // over Q and the slots
     __syncthreads();  // every warp is done with the K/V slots
     epilogue.stash(o, softmax, score_log2, warp, lane);
     __syncthreads();

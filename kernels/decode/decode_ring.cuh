@@ -2,8 +2,8 @@
 // shared by the stream's row warps (decode_traits.cuh: DecodeBlockShape).
 //
 // The stream's key tiles are numbered i = 0, 1, ...; tile i sits in slot i % depth
-// (depth = kStages * row_warps) and is loaded, with cp.async, by row warp i % row_warps,
-// so each warp loads every row_warps-th tile and keeps kStages of its own in flight.
+// (depth = stages * row_warps) and is loaded, with cp.async, by row warp i % row_warps,
+// so each warp loads every row_warps-th tile and keeps `stages` of its own in flight.
 // Each slot has two mbarriers:
 //   full:  its 32 loading lanes arrive when their copies have landed
 //          (cp.async.mbarrier.arrive.noinc); the computing warps wait on it;
@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/ptx.cuh"
+#include "decode/decode_tiles.h"
 
 namespace fa2 {
 
@@ -32,8 +33,9 @@ struct RingPos {
 
 template <typename Tr>
 struct DecodeRing {
-    uint32_t slots;  // shared address of the stream's first slot
-    uint32_t bars;   // the full mbarrier of the stream's first slot (the empties: + kSlots)
+    uint32_t slots;    // shared address of the stream's first slot
+    uint32_t fulls;    // the full mbarrier of the stream's first slot
+    uint32_t empties;  // its empty mbarrier
 
     __device__ __forceinline__ uint32_t k_buf(RingPos at) const
     {
@@ -43,20 +45,10 @@ struct DecodeRing {
     {
         return k_buf(at) + Tr::kTileBytes;
     }
-    __device__ __forceinline__ uint32_t full(RingPos at) const { return bars + at.slot * 8; }
+    __device__ __forceinline__ uint32_t full(RingPos at) const { return fulls + at.slot * 8; }
     __device__ __forceinline__ uint32_t empty(RingPos at) const
     {
-        return bars + (Tr::kSlots + at.slot) * 8;
-    }
-
-    // The block's mbarriers (every stream's), by its first threads; a __syncthreads
-    // publishes them.
-    static __device__ __forceinline__ void init(uint32_t bars_base, int row_warps, int tid)
-    {
-        if (tid < Tr::kSlots) {
-            mbarrier_init(bars_base + tid * 8, 32);
-            mbarrier_init(bars_base + (Tr::kSlots + tid) * 8, row_warps);
-        }
+        return empties + at.slot * 8;
     }
 
     // After this lane issued its copies of the tile at `at`: full(at) counts them.
@@ -83,6 +75,42 @@ struct DecodeRing {
     __device__ __forceinline__ void wait_empty(RingPos at) const
     {
         mbarrier_wait(empty(at), at.phase);
+    }
+};
+
+// The block's shared memory (decode_tiles.h: FA2_DECODE_SMEM_BYTES): Q's rows, the
+// slots of every stream, their full mbarriers, their empty ones, and Q's.
+template <typename Tr>
+struct DecodeSmem {
+    uint32_t q, slots, fulls, empties, q_loaded;
+    int slot_count;
+
+    __device__ __forceinline__ DecodeSmem(uint32_t base, int stages, int row_warps)
+        : q(base),
+          slots(base + Tr::q_bytes(row_warps)),
+          fulls(slots + FA2_DECODE_SLOTS(stages) * Tr::kSlotBytes),
+          empties(fulls + FA2_DECODE_SLOTS(stages) * 8),
+          q_loaded(empties + FA2_DECODE_SLOTS(stages) * 8),
+          slot_count(FA2_DECODE_SLOTS(stages))
+    {
+    }
+
+    // Stream `stream`'s ring of `depth` slots.
+    __device__ __forceinline__ DecodeRing<Tr> ring(int stream, int depth) const
+    {
+        return {slots + stream * depth * Tr::kSlotBytes, fulls + stream * depth * 8,
+                empties + stream * depth * 8};
+    }
+
+    // The mbarriers, by the block's first threads; a __syncthreads publishes them. Full:
+    // a loading warp's 32 lanes; empty: the stream's row warps; Q: every thread.
+    __device__ __forceinline__ void init(int row_warps, int tid) const
+    {
+        for (int i = tid; i < slot_count; i += Tr::kThreads) {
+            mbarrier_init(fulls + i * 8, 32);
+            mbarrier_init(empties + i * 8, row_warps);
+        }
+        if (tid == 0) mbarrier_init(q_loaded, Tr::kThreads);
     }
 };
 

@@ -48,17 +48,18 @@ struct DecodeSplitRows {
     }
 };
 
-template <typename Elem, int kHeadDim, int kStages>
+template <typename Elem, int kHeadDim>
 cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
-    using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
+    using Tr = DecodeTraits<Elem, kHeadDim>;
     const DecodeBlockShape shape(p);
     const int64_t grid =
         static_cast<int64_t>(p.batch) * p.heads_kv * p.splits * shape.row_blocks;
     const auto kernel = p.page_table ? decode_kernel<Tr, kPagedSeq>
                                      : decode_kernel<Tr, kDenseOrPackedSeq>;
     const cudaError_t err =
-        launch_one(kernel, grid, Tr::kThreads, Tr::smem_bytes(shape.row_warps), stream, p);
+        launch_one(kernel, grid, Tr::kThreads, Tr::smem_bytes(p.decode_stages, shape.row_warps),
+                   stream, p);
     if (err != cudaSuccess || p.splits == 1) return err;
     const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
     const auto merge = p.page_table ? merge_kernel<DecodeSplitRows<Elem, kPagedSeq>>

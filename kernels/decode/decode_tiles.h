@@ -24,18 +24,19 @@
 #define FA2_DECODE_ROW_BLOCKS(rows) \
     (((rows) + FA2_DECODE_BLOCK_ROWS(rows) - 1) / FA2_DECODE_BLOCK_ROWS(rows))
 #define FA2_DECODE_WARPS 4
-/* X(stages): the compiled pipeline depths (per warp, K and V tiles each), deepest
- * first; the planner takes the deepest whose shared memory fits the device (3: 193 to
- * 225 KiB by head dim and row warps, e.g. H100/H200; 2: 131 to 161 KiB, e.g. A100) */
-#define FA2_DECODE_STAGE_COUNTS(X) X(3) X(2)
+/* Stages: K/V slots per warp (the pipeline's depth), chosen at run time: the deepest
+ * whose shared memory fits the device (3 on H100/H200: 193 to 225 KiB by head dim and
+ * row warps; 2 on A100: 131 to 161 KiB; 1 on 99 KiB devices: 68 to 97 KiB). */
+#define FA2_DECODE_MAX_STAGES 4
 /* keys per tile: 16 KiB of K and V at every head dim */
 #define FA2_DECODE_KEYS(d) ((d) >= 256 ? 16 : (d) >= 128 ? 32 : 64)
 #define FA2_DECODE_ROW_BYTES(d) (((d) + 63) / 64 * 64 * 2)
 /* Q's rows, the K/V slots (stages per warp, K and V tiles each), then a full and an
- * empty mbarrier per slot */
+ * empty mbarrier per slot and Q's */
 #define FA2_DECODE_SLOTS(stages) (FA2_DECODE_WARPS * (stages))
+#define FA2_DECODE_SLOT_BYTES(d) (2 * FA2_DECODE_KEYS(d) * FA2_DECODE_ROW_BYTES(d))
 #define FA2_DECODE_SMEM_BYTES(d, stages, row_warps)                                    \
     ((row_warps) * FA2_DECODE_ROWS * FA2_DECODE_ROW_BYTES(d) +                        \
-     FA2_DECODE_SLOTS(stages) * (2 * FA2_DECODE_KEYS(d) * FA2_DECODE_ROW_BYTES(d) + 16))
+     FA2_DECODE_SLOTS(stages) * (FA2_DECODE_SLOT_BYTES(d) + 16) + 8)
 
 #endif

@@ -11,7 +11,7 @@
 
 namespace fa2 {
 
-template <typename Elem_, int kHeadDim_, int kStages_>
+template <typename Elem_, int kHeadDim_>
 struct DecodeTraits {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
@@ -19,7 +19,6 @@ struct DecodeTraits {
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kRows = FA2_DECODE_ROWS;
     static constexpr int kKeys = FA2_DECODE_KEYS(kHeadDim);  // keys per tile
-    static constexpr int kStages = kStages_;
     static constexpr int kRowBytes = FA2_DECODE_ROW_BYTES(kHeadDim);
     static constexpr int kLoadChunks = kHeadDim / 8;
     static constexpr int kPagedRows = kKeys < 32 ? kKeys : 32;  // rows of a paged part
@@ -27,23 +26,23 @@ struct DecodeTraits {
     static constexpr int kNTiles = kKeys / 8;
     static constexpr int kDTiles = kHeadDim / 8;
     static constexpr int kTileBytes = kKeys * kRowBytes;  // one K or V tile
-    static constexpr int kSlots = FA2_DECODE_SLOTS(kStages);
-    static constexpr int kSlotBytes = 2 * kTileBytes;  // a slot: a K tile, then a V tile
-    // After the loop the warps' O (fp32) and row statistics reuse the K/V slots.
+    static constexpr int kSlotBytes = FA2_DECODE_SLOT_BYTES(kHeadDim);  // K tile, V tile
+    static_assert(kSlotBytes == 2 * kTileBytes, "the planner's slot");
+    // After the loop the warps' O (fp32) and row statistics reuse Q's and the slots'
+    // space (the least: one row tile, one stage).
     static constexpr int kMergeBytes = kWarps * kRows * (kHeadDim + 2) * 4;
-    static_assert(kMergeBytes <= kSlots * kSlotBytes, "the merge fits the K/V space");
-    // Shared memory: Q's rows (row_warps row tiles), the slots, their mbarriers
+    static_assert(kMergeBytes <= kRows * kRowBytes + FA2_DECODE_SLOTS(1) * kSlotBytes,
+                  "the merge fits");
+    // Shared memory: Q's rows (row_warps row tiles), the slots, their mbarriers, Q's
     static constexpr __host__ __device__ int q_bytes(int row_warps)
     {
         return row_warps * kRows * kRowBytes;
     }
-    static constexpr __host__ __device__ int smem_bytes(int row_warps)
+    static constexpr __host__ __device__ int smem_bytes(int stages, int row_warps)
     {
-        return FA2_DECODE_SMEM_BYTES(kHeadDim, kStages, row_warps);
+        return FA2_DECODE_SMEM_BYTES(kHeadDim, stages, row_warps);
     }
-    static_assert(smem_bytes(1) == q_bytes(1) + kSlots * (kSlotBytes + 16), "the planner's size");
     static_assert(kRows == 16, "one mma row tile");
-    static_assert(kStages >= 2, "a tile in flight while one is computed");
     static_assert(kKeys % 16 == 0 && kHeadDim % 16 == 0, "k16 steps");
 };
 
@@ -61,8 +60,8 @@ __device__ __forceinline__ DecodeRow decode_row(int r, int group, int kv_head)
 // How a block's warps share the work (decode_tiles.h, as the planner counts it): a kv
 // head's rows in row_blocks blocks of row_warps row tiles; the block's warps in
 // key streams of row_warps warps (warp = stream * row_warps + row_warp). The warps of
-// a stream compute each of its key tiles, every other tile of the stream's one ring of
-// kStages * row_warps slots; the streams take key tiles in turn.
+// a stream compute each of its key tiles and load every row_warps-th into the stream's
+// ring of stages * row_warps slots; the streams take key tiles in turn.
 struct DecodeBlockShape {
     int row_warps, row_blocks, streams;
 

@@ -128,17 +128,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
     const DecodeScores<Tr> scores(p, seq, group, kv_head, row0, lane);
     const float score_log2 = scores.score_log2;
     const uint32_t q_warp = sm.q + Tr::q_bytes(rw);
-    RingPos at{0, 0}, last{depth - 1, 1};  // tile i's place, tile i - 1's
+    // Tile i's place, and tile i - row_warps's: the tile whose slot is refilled now, by
+    // the warp that loaded it, once the stream's other warps (a tile or so behind at
+    // most) are done with it.
+    RingPos at{0, 0}, behind{0, 0};
     for (int i = 0; i < n; ++i) {
-        // Refill the slot of tile i - 1, if this warp loads it, with tile i - 1 + depth.
-        const int ahead = i - 1 + depth;
-        if (i > 0 && ((i - 1) & (shape.row_warps - 1)) == rw && ahead < n) {
-            ring.wait_empty(last);
-            kv.load(tile(ahead), ring.k_buf(last), ring.v_buf(last), pages);
-            ring.loaded(last);
-            if constexpr (kMode == kPagedSeq)
-                if (ahead + shape.row_warps < n)
-                    pages = kv.fetch_pages(tile(ahead + shape.row_warps));
+        const int j = i - shape.row_warps, ahead = j + depth;
+        if (j >= 0) {
+            if ((j & (shape.row_warps - 1)) == rw && ahead < n) {
+                if (shape.row_warps > 1) ring.wait_empty(behind);  // (one warp: its own)
+                kv.load(tile(ahead), ring.k_buf(behind), ring.v_buf(behind), pages);
+                ring.loaded(behind);
+                if constexpr (kMode == kPagedSeq)
+                    if (ahead + shape.row_warps < n)
+                        pages = kv.fetch_pages(tile(ahead + shape.row_warps));
+            }
+            behind.advance(depth);
         }
         ring.wait_full(at);
 
@@ -157,8 +162,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_kernel(const fa2_param
             gemm_pb<Elem, Tr::kRowBytes, 1, Tr::kDTiles, Tr::kKeys / 16>(o, s,
                                                                         ring.v_buf(at), lane);
         }
-        ring.release(at, lane);
-        last = at;
+        if (shape.row_warps > 1)
+            ring.release(at, lane);
+        else
+            __syncwarp();  // the warp's lanes are done with the slot it refills next
         at.advance(depth);
     }
     cp_async_wait<0>();

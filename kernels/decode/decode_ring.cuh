@@ -8,7 +8,8 @@
 //   full:  its 32 loading lanes arrive when their copies have landed
 //          (cp.async.mbarrier.arrive.noinc); the computing warps wait on it;
 //   empty: each row warp of the stream arrives once it is done with the tile; the
-//          loader waits on it before it refills the slot.
+//          loader waits on it before it refills the slot (a stream of one warp skips
+//          it: the warp's own order suffices).
 // A slot's n-th tile (i / depth = n) completes phase n of both.
 #pragma once
 

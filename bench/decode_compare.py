@@ -36,15 +36,6 @@ SHAPES = [(1, 8192, 32, 8, 128, 1), (1, 131072, 32, 8, 128, 1), (16, 8192, 32, 8
           (4, 16384, 64, 8, 128, 4)]
 
 
-def consumer_device(lib):
-    """This GPU's record as a 99 KiB device's (sm_89, e.g. an RTX 4090): its plans run
-    here."""
-    info = lib.device_info(torch.cuda.current_device())
-    info.cc_major, info.cc_minor = 8, 9
-    info.smem_per_block_optin, info.smem_per_sm = 101376, 102400
-    return info
-
-
 def copy_bandwidth():
     """Device-to-device copy rate (read + write bytes / time) of a 2 GiB buffer."""
     a = torch.empty(1 << 30, dtype=torch.int16, device="cuda")
@@ -188,8 +179,6 @@ def main():
                 "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, False, True)}
         if base_lib:
             runs["base"] = Fa2Decode(base_lib, layers[0][0], layers[0][1])
-        if (b, sk, hq, hkv, d) == (16, 8192, 32, 8, 128):  # also planned for 99 KiB
-            runs["fa2_99k"] = Fa2Decode(lib, layers[0][0], layers[0][1], consumer_device(lib))
         rate, alone = {}, {}
         for name, fn in runs.items():
             try:
@@ -205,10 +194,7 @@ def main():
                 f"{rate['fa2'] / copy:.2f}  fa2/cudnn {rate['fa2'] / rate['cudnn']:.2f}  "
                 f"fa2/flash {rate['fa2'] / rate['flash']:.2f}" +
                 (f"  base {rate['base']:.2f}  fa2/base {rate['fa2'] / rate['base']:.3f}"
-                 if base_lib else "") +
-                (f"\n  (planned for a 99 KiB device: fa2 {rate['fa2_99k']:.2f}, fa2/copy "
-                 f"{rate['fa2_99k'] / copy:.2f}, {runs['fa2_99k'].plan.decode_stages} stage, "
-                 f"{runs['fa2_99k'].plan.splits} splits)" if "fa2_99k" in rate else ""))
+                 if base_lib else ""))
         row = dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d, tokens=tokens,
                    splits=fa2.plan.splits, layers=len(layers), copy=copy, **rate,
                    **{f"alone_{n}": x for n, x in alone.items()})
@@ -239,7 +225,7 @@ def main():
             dense(*layers[0])
             diff = (paged_layers[0][3].float() - layers[0][3].float()).abs().max().item()
             rate = kv_bytes / (step_ms(list(zip(paged, paged_layers))) * 1e-3) / 1e12
-            print(f"decode paged {page:2d}, {b} x {sk}: {rate:.2f} TB/s, contiguous "
+            print(f"decode paged {page:2d}, {b} x {sk} GQA {hq}:{hkv}: {rate:.2f} TB/s, contiguous "
                   f"{base:.2f}, paged/contiguous {rate / base:.3f} (max diff {diff:.0e})",
                   flush=True)
             rows.append(dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,

@@ -2,10 +2,10 @@
 # architecture lists and checks the GPU code each kernel unit is compiled for
 # (docs/building.md, "How the kernels are split"): with -real/-virtual lists the
 # mma.sync forward and fa2_combine come from one compute_80 PTX (sm_90 machine code
-# included), the decode kernel from a pass per target (sm_90a from compute_90a PTX);
-# with a list in another form the units take their targets as they are. Then the
-# units' grouping (FA2_KERNEL_UNITS): a unit per family holds every bucket, a unit per
-# bucket one.
+# included) and the 3-stage decode from one compute_90 PTX; with a real target below
+# sm_90 in the 3-stage decode's set, or a list in another form, the units take their
+# targets as they are. Then the units' grouping (FA2_KERNEL_UNITS): a unit per family
+# holds every bucket, a unit per bucket one.
 #   cmake -DSRC=<source dir> -DWORK=<scratch dir> -P check_gpu_code_sets.cmake
 # Without ninja it prints "SKIP:" (the test's skip pattern) and checks nothing.
 find_program(NINJA ninja)
@@ -52,17 +52,17 @@ expect("${n}" "${default}" fwd_d128 "arch=compute_80,code=[sm_90]" 1)
 expect("${n}" "${default}" fwd_d128 "arch=compute_80,code=[compute_80]" 1)
 expect("${n}" "${default}" fwd_d128 "compute_90a" 0)
 expect("${n}" "${default}" combine "arch=compute_80,code=[sm_90]" 1)
-expect("${n}" "${default}" decode_d128 "arch=compute_90a,code=[sm_90a]" 1)
-expect("${n}" "${default}" decode_d128 "arch=compute_80,code=[sm_80]" 1)
-expect("${n}" "${default}" decode_d128 "arch=compute_80,code=[sm_90]" 0)
+expect("${n}" "${default}" decode_d128_s3 "arch=compute_90,code=[sm_90]" 1)
+expect("${n}" "${default}" decode_d128_s3 "arch=compute_90,code=[compute_90]" 1)
+expect("${n}" "${default}" decode_d128_s3 "compute_80" 0)
 expect("${n}" "${default}" fwd_sm90_d128 "arch=compute_90a,code=[sm_90a]" 1)
 expect("${n}" "${default}" bwd_d128 "arch=compute_80,code=[sm_80]" 1)
 expect("${n}" "${default}" bwd_d128 "sm_90" 0)
 
-# sm_80 alone
+# sm_80 alone: the 3-stage decode cannot come from compute_90 PTX
 unit_flags("80-real" n)
-expect("${n}" "80-real" decode_d128 "arch=compute_80,code=[sm_80]" 1)
-expect("${n}" "80-real" decode_d128 "compute_90" 0)
+expect("${n}" "80-real" decode_d128_s3 "arch=compute_80,code=[sm_80]" 1)
+expect("${n}" "80-real" decode_d128_s3 "compute_90" 0)
 expect("${n}" "80-real" fwd_d128 "arch=compute_80,code=[sm_80]" 1)
 
 # A list in another form: every unit takes its targets as CMake writes them
@@ -74,11 +74,11 @@ expect("${n}" "80;90a" fwd_d128 "arch=compute_90a,code=[compute_90a,sm_90a]" 1)
 unit_flags("${default}" n "-DFA2_HEAD_DIMS=64\\;128" -DFA2_KERNEL_UNITS=family)
 expect("${n}" "family" fwd_d64_d128 "arch=compute_80,code=[sm_90]" 1)
 expect("${n}" "family" fwd_sm90_d64_d128 "arch=compute_90a,code=[sm_90a]" 1)
-expect("${n}" "family" decode_d64_d128 "arch=compute_90a,code=[sm_90a]" 1)
+expect("${n}" "family" decode_d64_d128_s3 "arch=compute_90,code=[sm_90]" 1)
 unit_flags("${default}" n "-DFA2_HEAD_DIMS=64\\;128" -DFA2_KERNEL_UNITS=bucket)
 expect("${n}" "bucket" fwd_d64 "arch=compute_80,code=[sm_90]" 1)
 expect("${n}" "bucket" fwd_d128 "arch=compute_80,code=[sm_90]" 1)
-expect("${n}" "bucket" decode_d64 "arch=compute_90a,code=[sm_90a]" 1)
+expect("${n}" "bucket" decode_d64_s3 "arch=compute_90,code=[sm_90]" 1)
 string(FIND "${n}" "fwd_d64_d128" at)
 if(NOT at EQUAL -1)
   message(FATAL_ERROR "FA2_KERNEL_UNITS=bucket: a unit holds two buckets")

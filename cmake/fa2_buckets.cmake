@@ -46,6 +46,15 @@ endforeach()
 if(NOT FA2_DECODE_HEAD_DIMS)
   message(FATAL_ERROR "no FA2_DECODE_HEAD_DIMS in kernels/decode/decode_tiles.h")
 endif()
+# The decode kernel's pipeline depths: the X(n) entries of FA2_DECODE_STAGE_COUNTS.
+file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/kernels/decode/decode_tiles.h fa2_stages_line
+     REGEX "^#define FA2_DECODE_STAGE_COUNTS\\(X\\)")
+string(REGEX MATCHALL "X\\(([0-9]+)\\)" fa2_stage_items "${fa2_stages_line}")
+string(REGEX REPLACE "X\\(([0-9]+)\\)" "\\1" FA2_DECODE_STAGE_COUNTS "${fa2_stage_items}")
+if(NOT FA2_DECODE_STAGE_COUNTS)
+  message(FATAL_ERROR "no FA2_DECODE_STAGE_COUNTS in kernels/decode/decode_tiles.h")
+endif()
+
 # kernels/common/built_buckets.h lists the full build's buckets for the planner: the
 # same as the tile table's.
 file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/kernels/common/built_buckets.h fa2_all_line

@@ -9,16 +9,15 @@
 #include "sm90/fwd_sm90_tiles.h"
 #include "sm80/fwd_tiles.h"
 
-// The decode kernel for the plan's bucket and dtype.
+// The decode kernel of pipeline depth kStages for the plan's bucket and dtype.
+template <int kStages>
 static cudaError_t decode_launch(const fa2_params_t *p, cudaStream_t s)
 {
-    if (p->decode_stages < 1 || p->decode_stages > FA2_DECODE_MAX_STAGES)
-        return cudaErrorInvalidValue;
     switch (p->head_dim_bucket) {
 #define FA2_DECODE_CASE(d)                                                                \
     case d:                                                                               \
         return fa2::with_elem(p->dtype, [&](auto e) {                                    \
-            return fa2::decode_run<FA2_ELEM(e), d>(*p, s);                               \
+            return fa2::decode_run<FA2_ELEM(e), d, kStages>(*p, s);                       \
         });
         FA2_DECODE_HEAD_DIMS(FA2_DECODE_CASE)
 #undef FA2_DECODE_CASE
@@ -53,7 +52,11 @@ extern "C" int fa2_fwd_launch(const fa2_params_t *p, void *stream)
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (p->fwd_kernel) {
     case FA2_FWD_KERNEL_DECODE:
-        return decode_launch(p, s);
+#define FA2_DECODE_DEPTH_CASE(n) \
+    if (p->decode_stages == n) return decode_launch<n>(p, s);
+        FA2_DECODE_STAGE_COUNTS(FA2_DECODE_DEPTH_CASE)
+#undef FA2_DECODE_DEPTH_CASE
+        return cudaErrorInvalidValue;
     case FA2_FWD_KERNEL_MMA:
         return mma_launch<0>(p, s);
     case FA2_FWD_KERNEL_MMA_COMPACT:

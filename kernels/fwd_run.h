@@ -17,9 +17,9 @@ cudaError_t fwd_run(const fa2_params_t &p, cudaStream_t stream);
 template <typename Elem, int kHeadDim>
 cudaError_t fwd_sm90_run(const fa2_params_t &p, cudaStream_t stream);
 
-// The decode kernel (kernels/decode/), buckets FA2_DECODE_HEAD_DIMS
-// (decode/decode_tiles.h).
-template <typename Elem, int kHeadDim>
+// The decode kernel (kernels/decode/), buckets FA2_DECODE_HEAD_DIMS, pipeline depths
+// FA2_DECODE_STAGE_COUNTS (decode/decode_tiles.h).
+template <typename Elem, int kHeadDim, int kStages>
 cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream);
 
 }  // namespace fa2

@@ -261,14 +261,13 @@ int fa2_fwd_workspace_layout(const fa2_problem_t *problem, int32_t splits,
 int32_t fa2_decode_splits(const fa2_problem_t *problem, const fa2_device_info_t *device,
                           int64_t bucket, int32_t *why);
 
-/* The decode kernel's pipeline depth for `bucket` and `row_warps` on a device allowing
+/* The decode kernel's pipeline depth for `bucket` on a device allowing
  * `smem_per_block_optin` bytes a block: the deepest compiled one that fits, 0 if none. */
-int32_t fa2_decode_stages(int64_t bucket, int64_t row_warps, int64_t smem_per_block_optin);
+int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin);
 
-/* The decode kernel's row warps per block and row blocks per kv head, from the kv
- * head's query heads x seqlen_q rows (kernels/decode/decode_tiles.h). */
-int64_t fa2_decode_row_warps(const fa2_problem_t *problem);
-int64_t fa2_decode_row_blocks(const fa2_problem_t *problem);
+/* The decode kernel's row tiles per kv head: query heads per kv head x seqlen_q rows,
+ * FA2_DECODE_ROWS a block. */
+int64_t fa2_decode_row_tiles(const fa2_problem_t *problem);
 
 /* Batch-invariant decode (problem->batch_invariant): key tiles per split, the same for
  * every sequence; 0 otherwise (a sequence's tiles divided over the splits). */

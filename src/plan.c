@@ -219,16 +219,14 @@ fa2_status_t fa2_plan(const fa2_problem_t *problem, const fa2_device_info_t *dev
     out.fwd_kernel = tile.kernel;
     out.page_box_rows = tile.page_box_rows;
     out.splits = fa2_decode_splits(problem, device, tile.head_dim_bucket, NULL);
-    if (out.splits) { /* one block per (sequence, kv head, split, row block) */
-        const int64_t row_warps = fa2_decode_row_warps(problem);
+    if (out.splits) { /* one block per (sequence, kv head, split, row tile) */
         out.fwd_kernel = FA2_FWD_KERNEL_DECODE;
         out.page_box_rows = 0;
         out.grid_blocks =
-            problem->batch * problem->heads_kv * out.splits * fa2_decode_row_blocks(problem);
-        out.decode_stages =
-            fa2_decode_stages(tile.head_dim_bucket, row_warps, device->smem_per_block_optin);
+            problem->batch * problem->heads_kv * out.splits * fa2_decode_row_tiles(problem);
+        out.decode_stages = fa2_decode_stages(tile.head_dim_bucket, device->smem_per_block_optin);
         out.split_tiles = fa2_decode_split_tiles(problem, tile.head_dim_bucket);
-        out.smem_bytes = FA2_DECODE_SMEM_BYTES(tile.head_dim_bucket, out.decode_stages, row_warps);
+        out.smem_bytes = FA2_DECODE_SMEM_BYTES(tile.head_dim_bucket, out.decode_stages);
     }
     out.fwd_scores = fa2_fwd_scores(problem, out.fwd_kernel);
     fa2_fwd_workspace_t fws;

@@ -40,27 +40,19 @@ static double wave_efficiency(int64_t blocks, int64_t wave)
     return (double)blocks / (double)(waves * wave);
 }
 
-int32_t fa2_decode_stages(int64_t bucket, int64_t row_warps, int64_t smem_per_block_optin)
+int32_t fa2_decode_stages(int64_t bucket, int64_t smem_per_block_optin)
 {
-    for (int32_t n = FA2_DECODE_MAX_STAGES; n >= 1; n--) /* the deepest that fits */
-        if (FA2_DECODE_SMEM_BYTES(bucket, n, row_warps) <= smem_per_block_optin)
-            return n;
+#define FA2_DECODE_FITS(n)                                             \
+    if (FA2_DECODE_SMEM_BYTES(bucket, n) <= smem_per_block_optin) \
+        return n;
+    FA2_DECODE_STAGE_COUNTS(FA2_DECODE_FITS) /* deepest first */
+#undef FA2_DECODE_FITS
     return 0;
 }
 
-static int64_t decode_rows(const fa2_problem_t *pr)
+int64_t fa2_decode_row_tiles(const fa2_problem_t *pr)
 {
-    return pr->heads_q / pr->heads_kv * pr->seqlen_q;
-}
-
-int64_t fa2_decode_row_warps(const fa2_problem_t *pr)
-{
-    return FA2_DECODE_ROW_WARPS(decode_rows(pr));
-}
-
-int64_t fa2_decode_row_blocks(const fa2_problem_t *pr)
-{
-    return FA2_DECODE_ROW_BLOCKS(decode_rows(pr));
+    return FA2_DECODE_ROW_TILES(pr->heads_q / pr->heads_kv * pr->seqlen_q);
 }
 
 int32_t fa2_decode_split_tiles(const fa2_problem_t *pr, int64_t bucket)
@@ -84,8 +76,7 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
 #define FA2_DECODE_BUCKET(d) has_kernel |= bucket == (d);
     FA2_DECODE_HEAD_DIMS(FA2_DECODE_BUCKET)
 #undef FA2_DECODE_BUCKET
-    const int64_t row_warps = fa2_decode_row_warps(pr);
-    const int32_t stages = fa2_decode_stages(bucket, row_warps, device->smem_per_block_optin);
+    const int32_t stages = fa2_decode_stages(bucket, device->smem_per_block_optin);
     *why = !has_kernel                          ? FA2_DECODE_WHY_NO_KERNEL
            : pr->seqlen_q > FA2_DECODE_MAX_TOKENS ? FA2_DECODE_WHY_TOKENS
            : !stages                             ? FA2_DECODE_WHY_SMEM
@@ -96,7 +87,7 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
         return 1;
     const int64_t tiles = (pr->seqlen_k + FA2_DECODE_KEYS(bucket) - 1) / FA2_DECODE_KEYS(bucket);
     fa2_fwd_workspace_t ws;
-    const int64_t base = pr->batch * pr->heads_kv * fa2_decode_row_blocks(pr);
+    const int64_t base = pr->batch * pr->heads_kv * fa2_decode_row_tiles(pr);
     if (pr->batch_invariant) { /* from seqlen_k and max_splits only */
         const int64_t per = fa2_decode_split_tiles(pr, bucket);
         const int64_t splits = tiles > per ? (tiles + per - 1) / per : 1;
@@ -111,14 +102,13 @@ int32_t fa2_decode_splits(const fa2_problem_t *pr, const fa2_device_info_t *devi
      * (multiprocessors); a split count leaves the last wave's idle slots idle. Its
      * efficiency: blocks / (waves x wave). The smallest split count within 5 % of the
      * best efficiency wins (fewer splits: less to combine), counting splits of at least
-     * one key tile per key stream, at most max_splits. */
-    const int64_t per_sm =
-        device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket, stages, row_warps) + 1024);
+     * one key tile per warp, at most max_splits. */
+    const int64_t per_sm = device->smem_per_sm / (FA2_DECODE_SMEM_BYTES(bucket, stages) + 1024);
     /* (a device record can say anything: both factors bounded, so no overflow) */
     const int64_t wave = (per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm) *
                          (device->sm_count < 1 ? 1 : device->sm_count > 65536 ? 65536
                                                                               : device->sm_count);
-    int64_t limit = tiles * row_warps / FA2_DECODE_WARPS;
+    int64_t limit = tiles / FA2_DECODE_WARPS;
     if (limit > pr->max_splits)
         limit = pr->max_splits;
     double best = 0.0;

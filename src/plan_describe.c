@@ -92,12 +92,10 @@ static void add_decode_reason(line_t *line, const fa2_plan_t *plan, int32_t why)
     const long long tokens = (long long)pr->seqlen_q;
     switch (why) {
     case FA2_DECODE_WHY_FITS: {
-        const long long warps = (long long)fa2_decode_row_warps(pr);
-        const long long blocks = (long long)fa2_decode_row_blocks(pr);
-        add(line, "%lld query rows per kv head (%lld heads x %lld tokens) in %lld block%s of "
-                  "%lld row tile%s of %d, each block reading the keys once",
-            group * tokens, group, tokens, blocks, blocks == 1 ? "" : "s", warps,
-            warps == 1 ? "" : "s", FA2_DECODE_ROWS);
+        const long long tiles = (long long)fa2_decode_row_tiles(pr);
+        add(line, "%lld query rows per kv head (%lld heads x %lld tokens) in %lld row "
+                  "tile%s of %d, each reading the keys once",
+            group * tokens, group, tokens, tiles, tiles == 1 ? "" : "s", FA2_DECODE_ROWS);
         break;
     }
     case FA2_DECODE_WHY_TOKENS:
@@ -109,8 +107,10 @@ static void add_decode_reason(line_t *line, const fa2_plan_t *plan, int32_t why)
             (int)plan->head_dim_bucket);
         break;
     case FA2_DECODE_WHY_SMEM: {
-        const int64_t least =
-            FA2_DECODE_SMEM_BYTES(plan->head_dim_bucket, 1, fa2_decode_row_warps(pr));
+        int64_t least = 0;
+#define FA2_DECODE_LEAST(n) least = FA2_DECODE_SMEM_BYTES(plan->head_dim_bucket, n);
+        FA2_DECODE_STAGE_COUNTS(FA2_DECODE_LEAST) /* deepest first: the last is the least */
+#undef FA2_DECODE_LEAST
         add(line, "not the decode kernel: its %lld KiB of shared memory exceed the device's "
                   "%lld KiB",
             kib(least), kib(plan->device.smem_per_block_optin));
@@ -129,8 +129,8 @@ static void add_forward(line_t *line, const fa2_plan_t *plan)
     fa2_decode_splits(&plan->problem, &plan->device, plan->head_dim_bucket, &decode_why);
     add(line, "forward: %s", fwd_kernel_words(plan->fwd_kernel));
     if (plan->fwd_kernel == FA2_FWD_KERNEL_DECODE)
-        add(line, " (%d K/V stage%s a warp, %d key split%s; ", (int)plan->decode_stages,
-            plan->decode_stages == 1 ? "" : "s", (int)plan->splits, plan->splits == 1 ? "" : "s");
+        add(line, " (%d K/V stages a warp, %d key split%s; ", (int)plan->decode_stages,
+            (int)plan->splits, plan->splits == 1 ? "" : "s");
     else if (plan->fwd_kernel == FA2_FWD_KERNEL_WGMMA_PAGED_TMA)
         add(line, " of %d rows (Br %d x Bc %d, ", (int)plan->page_box_rows, (int)plan->block_m,
             (int)plan->block_n);

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Several libfa2 builds' decode steps side by side (a performance experiment): each
+"""Several libfa2 builds' decode steps side by side (a performance experiment, e.g.
+bench/lab/decode_row_warps.patch against the tree it applies to): each
 shape of bench/decode_compare.py timed as there (a CUDA graph of one step over layers
 whose K/V exceed the L2 cache), the builds in alternating rounds, TB/s of K+V read.
 

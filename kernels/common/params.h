@@ -130,8 +130,8 @@ typedef struct fa2_params_t {
     int32_t splits;
     int32_t split_tiles;        /* > 0: each split this many key tiles (batch-invariant);
                                    0: a sequence's tiles divided evenly over the splits */
-    int32_t decode_stages;      /* the decode kernel's K/V slots per warp, 1 to
-                                   FA2_DECODE_MAX_STAGES (its pipeline depth) */
+    int32_t decode_stages;      /* the decode kernel's pipeline depth (compiled ones:
+                                   FA2_DECODE_STAGE_COUNTS) */
 
     int64_t accum_rows;
     float *o_accum;

@@ -42,36 +42,6 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
-// mbarrier (shared memory, CTA scope): init with the number of arrivals per phase;
-// arrive (release); wait until the phase of the given parity has completed (acquire).
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, int arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FA2_MBARRIER_TEST "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-#else  // sm_80: no try_wait, poll
-#define FA2_MBARRIER_TEST "mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-#endif
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n" FA2_MBARRIER_TEST
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-#undef FA2_MBARRIER_TEST
-}
-
 // Waits until at most `kPending` committed groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait()

@@ -1,7 +1,7 @@
-// The decode kernel's end: each warp holds an unnormalized O and its rows' (max, sum)
-// over its key stream's tiles. A row's streams are merged through shared memory (Q's
-// and the K/V slots' space, free by then); each row's result goes to O and the LSE, or, with splits,
-// to the split's slot of the fp32 workspace for the combine.
+// The decode kernel's end: the block's warps each streamed their own key tiles, so
+// each holds an unnormalized O and its rows' (max, sum). They are merged through
+// shared memory (the K/V buffers, free by then); each row's result goes to O and the
+// LSE, or, with splits, to the split's slot of the fp32 workspace for the combine.
 #pragma once
 
 #include <stdint.h>
@@ -19,12 +19,10 @@ struct DecodeEpilogue {
     using Elem = typename Tr::Elem;
     float *merge_o;     // [warp][row][head_dim]
     float *merge_stat;  // [warp][row][2]: scaled max, sum
-    int row_warps;      // warp = stream * row_warps + row tile
 
-    __device__ __forceinline__ DecodeEpilogue(uint8_t *smem, int row_warps_)
-        : merge_o(reinterpret_cast<float *>(smem)),
-          merge_stat(merge_o + Tr::kWarps * Tr::kRows * Tr::kHeadDim),
-          row_warps(row_warps_)
+    __device__ __forceinline__ explicit DecodeEpilogue(uint8_t *smem)
+        : merge_o(reinterpret_cast<float *>(smem + Tr::kQBytes)),
+          merge_stat(merge_o + Tr::kWarps * Tr::kRows * Tr::kHeadDim)
     {
     }
 
@@ -54,42 +52,39 @@ struct DecodeEpilogue {
         }
     }
 
-    // Block row r's 8 columns from col, merged over the key streams: out (normalized),
-    // top (log2 units) and total (the denominator); a sink joins here when there are
-    // no splits.
+    // Row r's 8 columns from col, merged over the warps: out (normalized), top (log2
+    // units) and total (the denominator); a sink joins here when there are no splits.
     __device__ __forceinline__ void merge_row(int r, int col, float (&out)[8], float &top,
                                               float &total) const
     {
         top = -INFINITY;
         total = 0.f;
-        // Row r % kRows of warp stream * row_warps + r / kRows is stashed row
-        // stream * step + r.
-        const int step = row_warps * Tr::kRows;
-        for (int wr = r; wr < Tr::kWarps * Tr::kRows; wr += step)
-            top = fmaxf(top, merge_stat[wr * 2]);
+#pragma unroll
+        for (int w = 0; w < Tr::kWarps; ++w)
+            top = fmaxf(top, merge_stat[(w * Tr::kRows + r) * 2]);
 #pragma unroll
         for (int e = 0; e < 8; ++e) out[e] = 0.f;
         if (top == -INFINITY) return;
-        for (int wr = r; wr < Tr::kWarps * Tr::kRows; wr += step) {
-            const float m = merge_stat[wr * 2];
+#pragma unroll
+        for (int w = 0; w < Tr::kWarps; ++w) {
+            const float m = merge_stat[(w * Tr::kRows + r) * 2];
             if (m == -INFINITY) continue;
             const float f = exp2_approx(m - top);
-            total += f * merge_stat[wr * 2 + 1];
-            const float *src = merge_o + wr * Tr::kHeadDim + col;
+            total += f * merge_stat[(w * Tr::kRows + r) * 2 + 1];
+            const float *src = merge_o + (w * Tr::kRows + r) * Tr::kHeadDim + col;
 #pragma unroll
             for (int e = 0; e < 8; ++e) out[e] += f * src[e];
         }
     }
 
-    // Every real row's result (rows row0.. of the kv head, m_real of them), each
-    // thread 8 columns of one row at a time (after the stash: the caller's
-    // __syncthreads).
+    // Every real row's result (rows row0.. of the kv head), each thread 8 columns of
+    // one row at a time (after the stash: the caller's __syncthreads).
     __device__ __forceinline__ void store(const fa2_params_t &p, const Sequence &seq,
                                           int row0, int m_real, int group, int kv_head,
                                           int split, int tid) const
     {
         const int splits = p.splits;
-        for (int u = tid; u < row_warps * Tr::kRows * Tr::kDTiles; u += Tr::kThreads) {
+        for (int u = tid; u < Tr::kRows * Tr::kDTiles; u += Tr::kThreads) {
             const int r = u / Tr::kDTiles, col = (u % Tr::kDTiles) * 8;
             if (r >= m_real || col >= p.head_dim) continue;
             float out[8], top, total;

@@ -48,18 +48,15 @@ struct DecodeSplitRows {
     }
 };
 
-template <typename Elem, int kHeadDim>
+template <typename Elem, int kHeadDim, int kStages>
 cudaError_t decode_run(const fa2_params_t &p, cudaStream_t stream)
 {
-    using Tr = DecodeTraits<Elem, kHeadDim>;
-    const DecodeBlockShape shape(p);
+    using Tr = DecodeTraits<Elem, kHeadDim, kStages>;
     const int64_t grid =
-        static_cast<int64_t>(p.batch) * p.heads_kv * p.splits * shape.row_blocks;
+        static_cast<int64_t>(p.batch) * p.heads_kv * p.splits * decode_row_tiles(p);
     const auto kernel = p.page_table ? decode_kernel<Tr, kPagedSeq>
                                      : decode_kernel<Tr, kDenseOrPackedSeq>;
-    const cudaError_t err =
-        launch_one(kernel, grid, Tr::kThreads, Tr::smem_bytes(p.decode_stages, shape.row_warps),
-                   stream, p);
+    const cudaError_t err = launch_one(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
     if (err != cudaSuccess || p.splits == 1) return err;
     const int64_t rows = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q;
     const auto merge = p.page_table ? merge_kernel<DecodeSplitRows<Elem, kPagedSeq>>

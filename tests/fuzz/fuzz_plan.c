@@ -229,7 +229,7 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->warps >= 1 && pl->warps <= 32);
     CHECK(pl->smem_bytes > 0 && pl->smem_bytes <= dev->smem_per_block_optin);
     /* the decode kernel: only for <= 16 query tokens, and splits only up to max_splits;
-     * its grid is one block per (sequence, kv head, split, row block) */
+     * its grid is one block per (sequence, kv head, split, row tile of 16) */
     CHECK(pl->splits >= 0);
     CHECK((pl->fwd_kernel == FA2_FWD_KERNEL_DECODE) == (pl->splits > 0));
     CHECK(pl->fwd_kernel >= FA2_FWD_KERNEL_MMA && pl->fwd_kernel <= FA2_FWD_KERNEL_DECODE);
@@ -242,12 +242,9 @@ static void check_plan(const fa2_problem_t *pr, const fa2_device_info_t *dev,
     CHECK(pl->split_o_offset <= pl->workspace_bytes);
     CHECK(!pl->splits || q->seqlen_q <= 16);
     CHECK(pl->splits <= (q->max_splits > 1 ? q->max_splits : 1));
-    if (pl->splits) { /* a kv head's rows in blocks of 16, 32 or 64 */
-        const int64_t rows = q->heads_q / q->heads_kv * q->seqlen_q;
-        const int64_t block_rows = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    if (pl->splits)
         CHECK(pl->grid_blocks == q->batch * q->heads_kv * pl->splits *
-                                     ceil_div(rows, block_rows));
-    }
+                                     ((q->heads_q / q->heads_kv * q->seqlen_q + 15) / 16));
     else
         CHECK(pl->grid_blocks == q->batch * q->heads_q * ceil_div(q->seqlen_q, pl->block_m));
     CHECK(pl->grid_blocks >= 1 && pl->grid_blocks <= INT32_MAX);

@@ -5,10 +5,11 @@ shape of bench/decode_compare.py timed as there (a CUDA graph of one step over l
 whose K/V exceed the L2 cache), the builds in alternating rounds, TB/s of K+V read.
 
     python3 bench/lab/decode_ab.py --lib NAME=path/libfa2.so[@BYTES] [--lib ...]
-        [--shapes 0,9]
+        [--binding NAME=path/python/libfa2] [--shapes 0,9]
 
 @BYTES plans that build's steps for this GPU with BYTES of shared memory a block (so a
-shallower pipeline, more blocks a multiprocessor).
+shallower pipeline, more blocks a multiprocessor). --binding: the Python package of a
+build whose structs differ from this tree's (its python/libfa2).
 """
 import argparse
 import os
@@ -18,26 +19,48 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from decode_compare import SHAPES, Fa2Decode, copy_bandwidth, make_layers, step_ms  # noqa
+from decode_compare import SHAPES, copy_bandwidth, make_layers, step_ms  # noqa: E402
 from sdpa_compare import fa2lib  # noqa: E402
+from lab.ab_compare import load_binding  # noqa: E402
+
+
+class Step:
+    """One build's planned decode step (max_splits 64), through its own binding."""
+
+    def __init__(self, binding, lib, q, k, device):
+        problem = binding.make_problem(q.dtype, q.shape, k.shape, causal=True, lib=lib)
+        problem.max_splits = 64
+        self.plan = lib.plan(problem, device if device is not None
+                             else torch.cuda.current_device())
+        self.ws = torch.empty(max(self.plan.workspace_bytes, 16), dtype=torch.uint8,
+                              device="cuda")
+
+    def __call__(self, q, k, v, o):
+        self.plan.forward(q, k, v, o, workspace=self.ws,
+                          stream=torch.cuda.current_stream().cuda_stream)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", action="append", required=True, help="NAME=path")
+    ap.add_argument("--binding", action="append", default=[], help="NAME=python/libfa2 dir")
     ap.add_argument("--shapes", help="indices into decode_compare.SHAPES (default: all)")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    bindings = dict(x.split("=", 1) for x in args.binding)
     libs = []
     for item in args.lib:
         name, path = item.split("=", 1)
         path, _, smem = path.partition("@")
-        lib = fa2lib.load_library(path)
+        binding = fa2lib
+        if name in bindings:
+            binding = load_binding(bindings[name])
+        lib = binding.load_library(path)
         info = None
         if smem:
             info = lib.device_info(torch.cuda.current_device())
             info.smem_per_block_optin = int(smem)
-        libs.append((name, lib, info))
+        libs.append((name, binding, lib, info))
     picks = [int(i) for i in args.shapes.split(",")] if args.shapes else range(len(SHAPES))
     torch.manual_seed(0)
     copy = copy_bandwidth()
@@ -47,7 +70,8 @@ def main():
         b, sk, hq, hkv, d, tokens = SHAPES[i]
         kv_bytes = 2 * b * sk * hkv * d * 2
         layers = make_layers(b, sk, hq, hkv, d, tokens)
-        runs = [(n, Fa2Decode(lib, layers[0][0], layers[0][1], info)) for n, lib, info in libs]
+        runs = [(n, Step(binding, lib, layers[0][0], layers[0][1], info))
+                for n, binding, lib, info in libs]
         rates = {n: [] for n, _ in runs}
         for _ in range(args.rounds):
             for n, fn in runs:

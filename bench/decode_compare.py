@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Decode steps side by side on one GPU (the decode issue's acceptance figures): one
 query token per sequence (or a few speculative ones) against a contiguous KV cache,
-bf16, causal, libfa2 (its
-decode kernel, key splits allowed) against PyTorch SDPA's flash and cuDNN backends.
+bf16, causal, libfa2 (its decode kernel, key splits allowed) against PyTorch SDPA's
+flash and cuDNN backends.
 Rate = bytes of K and V read / time; the device-to-device copy bandwidth is measured in
 the same run as the yardstick. Each shape is timed as an engine runs it: one CUDA graph
 holds a decode step over several layers, each layer with its own K/V (together 4x the
@@ -45,10 +45,12 @@ def copy_bandwidth():
 
 
 class Fa2Decode:
-    """A planned libfa2 forward for one decode step (max_splits 64) with its workspace."""
+    """A planned libfa2 forward for one decode step (max_splits 64) with its workspace;
+    `device`: a DeviceInfo to plan for (default: this GPU); `binding`: the libfa2 package
+    whose structs `lib` takes (default: this tree's)."""
 
-    def __init__(self, lib, q, k, device=None):
-        problem = fa2lib.make_problem(q.dtype, q.shape, k.shape, causal=True, lib=lib)
+    def __init__(self, lib, q, k, device=None, binding=fa2lib):
+        problem = binding.make_problem(q.dtype, q.shape, k.shape, causal=True, lib=lib)
         problem.max_splits = 64
         self.plan = lib.plan(problem, device if device is not None
                              else torch.cuda.current_device())
@@ -225,8 +227,9 @@ def main():
             dense(*layers[0])
             diff = (paged_layers[0][3].float() - layers[0][3].float()).abs().max().item()
             rate = kv_bytes / (step_ms(list(zip(paged, paged_layers))) * 1e-3) / 1e12
-            print(f"decode paged {page:2d}, {b} x {sk} GQA {hq}:{hkv}: {rate:.2f} TB/s, contiguous "
-                  f"{base:.2f}, paged/contiguous {rate / base:.3f} (max diff {diff:.0e})",
+            print(f"decode paged {page:2d}, {b} x {sk} GQA {hq}:{hkv}: {rate:.2f} TB/s, "
+                  f"contiguous {base:.2f}, paged/contiguous {rate / base:.3f} (max diff "
+                  f"{diff:.0e})",
                   flush=True)
             rows.append(dict(batch=b, keys=sk, heads_q=hq, heads_kv=hkv, head_dim=d,
                              page=page, paged=rate, contiguous=base))

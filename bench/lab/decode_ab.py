@@ -19,25 +19,10 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from decode_compare import SHAPES, copy_bandwidth, make_layers, step_ms  # noqa: E402
+from decode_compare import (SHAPES, Fa2Decode, copy_bandwidth, make_layers,  # noqa: E402
+                            step_ms)
 from sdpa_compare import fa2lib  # noqa: E402
 from lab.ab_compare import load_binding  # noqa: E402
-
-
-class Step:
-    """One build's planned decode step (max_splits 64), through its own binding."""
-
-    def __init__(self, binding, lib, q, k, device):
-        problem = binding.make_problem(q.dtype, q.shape, k.shape, causal=True, lib=lib)
-        problem.max_splits = 64
-        self.plan = lib.plan(problem, device if device is not None
-                             else torch.cuda.current_device())
-        self.ws = torch.empty(max(self.plan.workspace_bytes, 16), dtype=torch.uint8,
-                              device="cuda")
-
-    def __call__(self, q, k, v, o):
-        self.plan.forward(q, k, v, o, workspace=self.ws,
-                          stream=torch.cuda.current_stream().cuda_stream)
 
 
 def main():
@@ -70,16 +55,18 @@ def main():
         b, sk, hq, hkv, d, tokens = SHAPES[i]
         kv_bytes = 2 * b * sk * hkv * d * 2
         layers = make_layers(b, sk, hq, hkv, d, tokens)
-        runs = [(n, Step(binding, lib, layers[0][0], layers[0][1], info))
+        runs = [(n, Fa2Decode(lib, layers[0][0], layers[0][1], info, binding))
                 for n, binding, lib, info in libs]
         rates = {n: [] for n, _ in runs}
         for _ in range(args.rounds):
             for n, fn in runs:
-                rates[n].append(kv_bytes / (step_ms([(fn, x) for x in layers], 10) * 1e-3) / 1e12)
+                ms = step_ms([(fn, x) for x in layers], 10)
+                rates[n].append(kv_bytes / (ms * 1e-3) / 1e12)
         med = {n: statistics.median(r) for n, r in rates.items()}
         first = med[runs[0][0]]
         print(f"{b:3d} x {sk:6d} GQA {hq:3d}:{hkv:<2d} d={d:3d} tok={tokens:2d}  " +
-              "  ".join(f"{n} {m:.2f} ({m / first:.3f}, {fn.plan.splits}sp {fn.plan.decode_stages}st)"
+              "  ".join(f"{n} {m:.2f} ({m / first:.3f}, {fn.plan.splits}sp "
+                        f"{fn.plan.decode_stages}st)"
                         for (n, fn), m in zip(runs, med.values())), flush=True)
         del layers, runs
     return 0
